@@ -1,0 +1,339 @@
+"""Real nsqd and nsqlookupd processes on free loopback ports.
+
+Each process listens on port 0 and its real addresses are read from its own log
+("TCP: listening on 127.0.0.1:40939"), so two tests never race for a port. After the
+first start the ports are fixed, so a restart comes back on the same addresses.
+
+No process outlives its owner: stop() is safe twice, an atexit hook kills whatever is
+left, and on Linux each child gets PR_SET_PDEATHSIG so even a SIGKILL'd test run takes
+its nsqds with it. Start processes from a long-lived thread: the death signal fires
+when the thread that forked the child exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from nsqtools.testing.binaries import find_binary
+
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 10.0
+POLL_INTERVAL = 0.005
+
+_LISTENING = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+)")
+_PR_SET_PDEATHSIG = 1
+_live: set[NsqProcess] = set()
+
+
+def _death_signal_hook() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child die with its parent (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # resolved before fork, not in the child
+
+    def die_with_parent() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return die_with_parent
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll a condition until it holds; raise TimeoutError naming `what` otherwise.
+
+    The way tests synchronise with processes they do not control: a condition and a
+    deadline, never a bare sleep.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(POLL_INTERVAL)
+
+
+class NsqProcessError(RuntimeError):
+    """An NSQ process failed to start; the message carries the tail of its log."""
+
+
+class NsqProcess:
+    """One NSQ daemon: its command line, log file, listening addresses and lifetime."""
+
+    binary_name = ""
+    listeners: tuple[str, ...] = ("TCP", "HTTP")
+
+    def __init__(self, workdir: Path, name: str) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / f"{name}.log"
+        self.addresses: dict[str, str] = {}
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # Subclasses say which flags they need, given the addresses to listen on.
+    def arguments(self) -> list[str]:
+        raise NotImplementedError
+
+    def listen_address(self, protocol: str) -> str:
+        """Port 0 on the first start, the same port afterwards."""
+        return self.addresses.get(protocol, "127.0.0.1:0")
+
+    @property
+    def tcp_address(self) -> str:
+        return self.addresses["TCP"]
+
+    @property
+    def http_address(self) -> str:
+        return self.addresses["HTTP"]
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self._process.pid
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        if self.is_running():
+            raise RuntimeError(f"{self.name} is already running")
+        argv = [str(find_binary(self.binary_name)), *self.arguments()]
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                preexec_fn=_death_signal_hook(),
+            )
+        _live.add(self)
+        try:
+            self._wait_for_listeners(log_start, timeout)
+            wait_until(self._answers_ping, timeout, f"{self.name} /ping")
+        except Exception:
+            self.stop()
+            raise
+
+    def _wait_for_listeners(self, log_start: int, timeout: float) -> None:
+        def all_listening() -> bool:
+            if not self.is_running():
+                raise NsqProcessError(f"{self.name} exited at start:\n{self.log_tail()}")
+            found = dict(_LISTENING.findall(self._log_since(log_start)))
+            if all(protocol in found for protocol in self.listeners):
+                self.addresses.update(found)
+                return True
+            return False
+
+        wait_until(all_listening, timeout, f"{self.name} to listen")
+
+    def _log_since(self, offset: int) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self._log_since(0).splitlines()[-lines:])
+
+    def _answers_ping(self) -> bool:
+        try:
+            return httpx.get(f"http://{self.http_address}/ping", timeout=1.0).text == "OK"
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop gracefully (SIGTERM), then forcibly. Safe to call twice."""
+        self._end(signal.SIGTERM, timeout)
+
+    def kill(self) -> None:
+        """Stop at once, as a crash would (SIGKILL): nsqd persists nothing."""
+        self._end(signal.SIGKILL, STOP_TIMEOUT)
+
+    def _end(self, sig: signal.Signals, timeout: float) -> None:
+        process, self._process = self._process, None
+        _live.discard(self)
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart(self, timeout: float = START_TIMEOUT) -> None:
+        """Stop and start again on the same ports with the same data."""
+        self.stop()
+        self.start(timeout)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running() else "stopped"
+        return f"<{type(self).__name__} {self.name} {state} {self.addresses}>"
+
+
+class Nsqlookupd(NsqProcess):
+    binary_name = "nsqlookupd"
+
+    def arguments(self) -> list[str]:
+        return [
+            f"--tcp-address={self.listen_address('TCP')}",
+            f"--http-address={self.listen_address('HTTP')}",
+            "--broadcast-address=127.0.0.1",
+        ]
+
+    def registered_tcp_ports(self) -> set[int]:
+        """TCP ports of the nsqds this lookupd currently knows about."""
+        nodes = httpx.get(f"http://{self.http_address}/nodes", timeout=2.0).json()
+        return {producer["tcp_port"] for producer in nodes.get("producers") or []}
+
+    def wait_for_nsqd(self, nsqd: Nsqd, timeout: float = START_TIMEOUT) -> None:
+        port = int(nsqd.tcp_address.rsplit(":", 1)[1])
+        wait_until(
+            lambda: port in self.registered_tcp_ports(),
+            timeout,
+            f"{nsqd.name} to register with {self.name}",
+        )
+
+
+class TlsFiles:
+    """A test CA and a server certificate for 127.0.0.1/localhost, as PEM files."""
+
+    def __init__(self, directory: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost")) -> None:
+        import trustme  # a test dependency: only needed when certificates are made
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self._authority = trustme.CA()
+        self.ca = directory / "ca.pem"
+        self.cert = directory / "server.pem"
+        self.key = directory / "server.key"
+        server = self._authority.issue_cert(*hosts)
+        self._authority.cert_pem.write_to_path(str(self.ca))
+        server.cert_chain_pems[0].write_to_path(str(self.cert))
+        server.private_key_pem.write_to_path(str(self.key))
+
+    def make_client_cert(self, name: str) -> tuple[Path, Path]:
+        """A client certificate and key signed by this CA (for client-auth tests)."""
+        client = self._authority.issue_cert(f"{name}@example.com", common_name=name)
+        cert, key = self.directory / f"{name}.pem", self.directory / f"{name}.key"
+        client.cert_chain_pems[0].write_to_path(str(cert))
+        client.private_key_pem.write_to_path(str(key))
+        return cert, key
+
+
+class Nsqd(NsqProcess):
+    binary_name = "nsqd"
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "nsqd",
+        *,
+        lookupds: Iterable[Nsqlookupd] = (),
+        tls: TlsFiles | None = None,
+        tls_client_auth_policy: str = "",
+        tls_required: bool = False,
+        snappy: bool = True,
+        deflate: bool = True,
+        auth_http_address: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        super().__init__(workdir, name)
+        self.data_path = workdir / "data"
+        self.data_path.mkdir(exist_ok=True)
+        self.lookupds = list(lookupds)
+        self.tls = tls
+        self.tls_client_auth_policy = tls_client_auth_policy
+        self.tls_required = tls_required
+        self.snappy = snappy
+        self.deflate = deflate
+        self.auth_http_address = auth_http_address
+        self.extra_args = list(extra_args)
+        if tls is not None:
+            self.listeners = ("TCP", "HTTP", "HTTPS")
+
+    def arguments(self) -> list[str]:
+        args = [
+            f"--tcp-address={self.listen_address('TCP')}",
+            f"--http-address={self.listen_address('HTTP')}",
+            f"--https-address={self.listen_address('HTTPS')}",
+            f"--data-path={self.data_path}",
+            "--broadcast-address=127.0.0.1",
+            f"--snappy={str(self.snappy).lower()}",
+            f"--deflate={str(self.deflate).lower()}",
+        ]
+        args += [f"--lookupd-tcp-address={lookupd.tcp_address}" for lookupd in self.lookupds]
+        if self.tls is not None:
+            args += [
+                f"--tls-cert={self.tls.cert}",
+                f"--tls-key={self.tls.key}",
+                f"--tls-root-ca-file={self.tls.ca}",
+            ]
+            if self.tls_client_auth_policy:
+                args.append(f"--tls-client-auth-policy={self.tls_client_auth_policy}")
+            if self.tls_required:
+                args.append("--tls-required=true")
+        if self.auth_http_address:
+            args.append(f"--auth-http-address={self.auth_http_address}")
+        return args + self.extra_args
+
+    @property
+    def https_address(self) -> str:
+        return self.addresses["HTTPS"]
+
+    def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
+        """nsqd's /stats as JSON, optionally filtered to a topic and channel."""
+        params = {"format": "json"}
+        if topic:
+            params["topic"] = topic
+        if channel:
+            params["channel"] = channel
+        response = httpx.get(f"http://{self.http_address}/stats", params=params, timeout=5.0)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def topic_depth(self, topic: str) -> int:
+        for entry in self.stats(topic=topic).get("topics") or []:
+            if entry["topic_name"] == topic:
+                return int(entry["depth"])
+        raise KeyError(f"topic {topic!r} not on {self.name}")
+
+    def publish(self, topic: str, body: bytes) -> None:
+        """Publish one message over HTTP /pub (independent of our own TCP client)."""
+        response = httpx.post(
+            f"http://{self.http_address}/pub", params={"topic": topic}, content=body, timeout=5.0
+        )
+        response.raise_for_status()
+
+
+def _kill_leftovers() -> None:
+    for process in list(_live):
+        process.kill()
+
+
+atexit.register(_kill_leftovers)

@@ -1,0 +1,124 @@
+"""Fixtures that start real NSQ (v1.3.0, built by scripts/install-nsq) on free loopback ports.
+
+Every process gets its own data dir under the test's tmp_path and is stopped at
+teardown, whatever the test's outcome. A missing nsqd fails the test; it never skips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nsqtools.testing import Nsqd, Nsqlookupd, NsqProcess, TlsFiles, run_go_tool
+from nsqtools.testing.authd import AuthService
+
+AUTH_SECRETS = {"s3cret": "alice"}
+
+
+class LocalNsq:
+    """Starts NSQ processes under one folder and stops all of them at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.processes: list[NsqProcess] = []
+
+    def lookupd(self, name: str = "nsqlookupd") -> Nsqlookupd:
+        lookupd = Nsqlookupd(self.root / name, name)
+        self._start(lookupd)
+        return lookupd
+
+    def nsqd(
+        self, name: str = "nsqd", *, lookupds: Sequence[Nsqlookupd] = (), **options: Any
+    ) -> Nsqd:
+        """An nsqd; with lookupds, returns once every lookupd lists it."""
+        nsqd = Nsqd(self.root / name, name, lookupds=lookupds, **options)
+        self._start(nsqd)
+        for lookupd in lookupds:
+            lookupd.wait_for_nsqd(nsqd)
+        return nsqd
+
+    def _start(self, process: NsqProcess) -> None:
+        self.processes.append(process)
+        process.start()
+
+    def close(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+
+
+@dataclass
+class Cluster:
+    lookupd: Nsqlookupd
+    nsqds: list[Nsqd]
+
+    @property
+    def nsqd(self) -> Nsqd:
+        return self.nsqds[0]
+
+
+@pytest.fixture
+def local_nsq(tmp_path: Path) -> Iterator[LocalNsq]:
+    local = LocalNsq(tmp_path / "nsq")
+    try:
+        yield local
+    finally:
+        local.close()
+
+
+@pytest.fixture
+def nsqd(local_nsq: LocalNsq) -> Nsqd:
+    """One nsqd without a lookupd."""
+    return local_nsq.nsqd()
+
+
+@pytest.fixture
+def lookupd(local_nsq: LocalNsq) -> Nsqlookupd:
+    return local_nsq.lookupd()
+
+
+@pytest.fixture
+def cluster(local_nsq: LocalNsq, lookupd: Nsqlookupd) -> Cluster:
+    """One nsqd registered with one nsqlookupd."""
+    return Cluster(lookupd, [local_nsq.nsqd(lookupds=[lookupd])])
+
+
+@pytest.fixture
+def cluster2(local_nsq: LocalNsq, lookupd: Nsqlookupd) -> Cluster:
+    """Two nsqds registered with one nsqlookupd."""
+    nsqds = [local_nsq.nsqd(f"nsqd{i}", lookupds=[lookupd]) for i in (1, 2)]
+    return Cluster(lookupd, nsqds)
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> TlsFiles:
+    """A test CA and a server certificate for 127.0.0.1, made for this test."""
+    return TlsFiles(tmp_path / "tls")
+
+
+@pytest.fixture
+def tls_nsqd(local_nsq: LocalNsq, tls_files: TlsFiles) -> Nsqd:
+    """An nsqd offering TLS, snappy and deflate."""
+    return local_nsq.nsqd("tls-nsqd", tls=tls_files, snappy=True, deflate=True)
+
+
+@pytest.fixture
+def auth_service() -> Iterator[AuthService]:
+    """nsqd's auth HTTP service: accepts the secrets in AUTH_SECRETS, denies the rest."""
+    with AuthService(AUTH_SECRETS) as service:
+        yield service
+
+
+@pytest.fixture
+def auth_nsqd(local_nsq: LocalNsq, auth_service: AuthService) -> Nsqd:
+    """An nsqd that requires AUTH, checked against auth_service."""
+    return local_nsq.nsqd("auth-nsqd", auth_http_address=auth_service.address)
+
+
+@pytest.fixture
+def go_tool() -> Callable[..., Any]:
+    """Runs a Go reference utility (nsq_tail, to_nsq, ...) to completion."""
+    return run_go_tool
