@@ -295,8 +295,10 @@ class Nsqd(NsqProcess):
             ]
             if self.tls_client_auth_policy:
                 args.append(f"--tls-client-auth-policy={self.tls_client_auth_policy}")
-            if self.tls_required:
-                args.append("--tls-required=true")
+            # A client-auth policy makes nsqd require TLS everywhere, plain HTTP included;
+            # tcp-https keeps plain HTTP open for /ping and /stats in tests.
+            if self.tls_required or self.tls_client_auth_policy:
+                args.append("--tls-required=tcp-https")
         if self.auth_http_address:
             args.append(f"--auth-http-address={self.auth_http_address}")
         return args + self.extra_args

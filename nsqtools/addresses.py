@@ -1,0 +1,22 @@
+"""host:port addresses as the Go tools take them ("127.0.0.1:4150", "[::1]:4150")."""
+
+from __future__ import annotations
+
+
+class AddressError(ValueError):
+    """An address that is not host:port; the message is one line naming it."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """("host", port) from "host:port"; brackets around an IPv6 host are removed."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise AddressError(f"invalid address {address!r}: expected host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise AddressError(f"invalid address {address!r}: put an IPv6 host in brackets")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise AddressError(f"invalid address {address!r}: port must be 1..65535")
+    return host, port

@@ -1,0 +1,37 @@
+"""Errors a command prints as one line: what failed, where, and why.
+
+Raised by the transport, consumer and producer; the CLI maps them to exit status 1.
+Protocol violations have their own types in nsqtools.protocol.errors.
+"""
+
+from __future__ import annotations
+
+
+class NsqError(Exception):
+    """Base of every operational failure; str() is one line fit for a terminal."""
+
+
+class ConnectError(NsqError):
+    """A TCP connection to nsqd could not be made (refused, unreachable, timed out)."""
+
+
+class TlsError(NsqError):
+    """TLS could not be set up: a failed handshake, verification, or a refusal to offer it."""
+
+
+class AuthError(NsqError):
+    """nsqd required AUTH and it was missing or denied."""
+
+
+class ConnectionClosed(NsqError):
+    """The connection closed before an answer arrived, or was used after closing."""
+
+
+class NsqErrorResponse(NsqError):
+    """nsqd answered a command with an error frame such as E_BAD_TOPIC."""
+
+    def __init__(self, address: str, code: str, message: str) -> None:
+        super().__init__(f"{address}: {code} {message}".rstrip())
+        self.address = address
+        self.code = code
+        self.message = message

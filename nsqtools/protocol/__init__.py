@@ -1,0 +1,43 @@
+"""The NSQ V2 TCP protocol, sans-IO: bytes in, events out; intentions in, bytes out.
+
+Owns command encoding (commands), frame decoding (frames), name rules (names) and the
+IDENTIFY/AUTH negotiation documents (identify). It never imports trio, ssl, socket,
+httpx, click or rich, so it is tested and fuzzed without any network.
+"""
+
+from nsqtools.protocol import commands
+from nsqtools.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from nsqtools.protocol.frames import (
+    HEARTBEAT,
+    ErrorFrame,
+    Event,
+    FrameDecoder,
+    Heartbeat,
+    Message,
+    MessageBatch,
+    Response,
+)
+from nsqtools.protocol.identify import AuthResponse, IdentifyRequest, IdentifyResponse
+from nsqtools.protocol.names import check_channel, check_topic, is_ephemeral, is_valid_name
+
+__all__ = [
+    "HEARTBEAT",
+    "AuthResponse",
+    "ErrorFrame",
+    "Event",
+    "FrameDecoder",
+    "Heartbeat",
+    "IdentifyRequest",
+    "IdentifyResponse",
+    "LocalProtocolError",
+    "Message",
+    "MessageBatch",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Response",
+    "check_channel",
+    "check_topic",
+    "commands",
+    "is_ephemeral",
+    "is_valid_name",
+]

@@ -1,0 +1,226 @@
+"""The incremental frame decoder: bytes in any chunking → typed events.
+
+A frame from nsqd is a 4-byte size (covering the 4-byte type and the data), a 4-byte
+type (0 response, 1 error, 2 message) and the data. A message's data is an 8-byte
+timestamp in nanoseconds, 2-byte attempts, a 16-byte id and the body.
+
+Speed matters here more than anywhere: `feed` parses every complete frame in a chunk
+in one pass, reading a message's whole header with one struct call, and hands runs of
+consecutive messages over as one MessageBatch. Any input either decodes or raises
+RemoteProtocolError; after that error the decoder stays broken.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from nsqtools.protocol.errors import RemoteProtocolError
+
+FRAME_RESPONSE: Final = 0
+FRAME_ERROR: Final = 1
+FRAME_MESSAGE: Final = 2
+
+HEARTBEAT_DATA: Final = b"_heartbeat_"
+# Only these errors leave the connection open; nsqd closes it after any other.
+NON_FATAL_ERRORS: Final = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+# nsqd's --max-msg-size can be raised, so allow well above its 1 MiB default.
+DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
+
+_FRAME_HEADER = struct.Struct(">II")
+# size, type, timestamp, attempts, id: a message frame's first 34 bytes in one call.
+_MESSAGE_HEADER = struct.Struct(">IIqH16s")
+_MESSAGE_PREFIX: Final = _MESSAGE_HEADER.size  # 34
+_MESSAGE_MIN_SIZE: Final = _MESSAGE_PREFIX - 4  # type + timestamp + attempts + id
+_TIMESTAMP_ATTEMPTS = struct.Struct(">qH")
+
+
+class Message:
+    """One message as nsqd delivered it. Answering it is the connection's business."""
+
+    __slots__ = ("attempts", "body", "id", "timestamp")
+
+    def __init__(self, id: bytes, timestamp: int, attempts: int, body: bytes) -> None:
+        self.id = id
+        self.timestamp = timestamp  # nanoseconds since the epoch, set by nsqd
+        self.attempts = attempts
+        self.body = body
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.id, self.timestamp, self.attempts, self.body) == (
+            other.id,
+            other.timestamp,
+            other.attempts,
+            other.body,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self.id!r}, timestamp={self.timestamp}, "
+            f"attempts={self.attempts}, body={self.body[:40]!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A response frame: b"OK", b"CLOSE_WAIT", or a JSON document."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """nsqd's heartbeat; answer it with NOP or nsqd closes the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorFrame:
+    """An error frame such as `E_BAD_TOPIC PUB topic name "x y" is not valid`."""
+
+    code: str
+    message: str
+
+    @property
+    def fatal(self) -> bool:
+        """True when nsqd closes the connection after sending this error."""
+        return self.code not in NON_FATAL_ERRORS
+
+    @classmethod
+    def parse(cls, data: bytes) -> ErrorFrame:
+        code, _, message = data.decode("utf-8", "replace").partition(" ")
+        return cls(code, message)
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.message}".rstrip()
+
+
+@dataclass(slots=True)
+class MessageBatch:
+    """Consecutive messages from one chunk of input, in arrival order."""
+
+    messages: list[Message]
+
+
+HEARTBEAT: Final = Heartbeat()
+Event = Response | ErrorFrame | Heartbeat | MessageBatch
+
+
+class FrameDecoder:
+    """Turns a byte stream from nsqd into events, whatever the chunking."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buffer = b""
+        self._error: RemoteProtocolError | None = None
+
+    def feed(self, data: bytes | bytearray) -> list[Event]:
+        """Add received bytes; return the events of every frame now complete."""
+        if self._error is not None:
+            raise self._error
+        buffer = self._buffer + data if self._buffer else bytes(data)
+        size = len(buffer)
+        events: list[Event] = []
+        batch: list[Message] | None = None
+        pos = 0
+        unpack_message = _MESSAGE_HEADER.unpack_from
+        max_frame_size = self.max_frame_size
+        while True:
+            if size - pos >= _MESSAGE_PREFIX:
+                frame_size, frame_type, timestamp, attempts, message_id = unpack_message(
+                    buffer, pos
+                )
+                if (
+                    frame_type == FRAME_MESSAGE
+                    and _MESSAGE_MIN_SIZE <= frame_size <= max_frame_size
+                ):
+                    end = pos + 4 + frame_size
+                    if end > size:
+                        break
+                    message = Message(message_id, timestamp, attempts, buffer[pos + 34 : end])
+                    if batch is None:
+                        batch = [message]
+                        events.append(MessageBatch(batch))
+                    else:
+                        batch.append(message)
+                    pos = end
+                    continue
+            event, end = self._frame_at(buffer, pos)
+            if event is None:
+                break
+            pos = end
+            if isinstance(event, Message):
+                if batch is None:
+                    batch = []
+                    events.append(MessageBatch(batch))
+                batch.append(event)
+            else:
+                batch = None
+                events.append(event)
+        self._buffer = buffer[pos:]
+        return events
+
+    def receive_data(self, data: bytes) -> None:
+        """Add received bytes without decoding them (see next_event)."""
+        self._buffer += data
+
+    def next_event(self) -> Event | None:
+        """Decode at most one frame, leaving the rest buffered.
+
+        For connection set-up, where the bytes after a frame may belong to a different
+        layer (TLS, compression) and must be taken out with take_unconsumed().
+        """
+        if self._error is not None:
+            raise self._error
+        event, end = self._frame_at(self._buffer, 0)
+        if event is None:
+            return None
+        self._buffer = self._buffer[end:]
+        return MessageBatch([event]) if isinstance(event, Message) else event
+
+    def take_unconsumed(self) -> bytes:
+        """Remove and return the buffered bytes not yet decoded."""
+        unconsumed, self._buffer = self._buffer, b""
+        return unconsumed
+
+    def _frame_at(self, buffer: bytes, pos: int) -> tuple[Event | Message | None, int]:
+        """Decode the frame at `pos`: (event, end), or (None, pos) if incomplete."""
+        if len(buffer) - pos < 8:
+            if len(buffer) - pos >= 4:
+                self._check_size(int.from_bytes(buffer[pos : pos + 4], "big"))
+            return None, pos
+        frame_size, frame_type = _FRAME_HEADER.unpack_from(buffer, pos)
+        self._check_size(frame_size)
+        end = pos + 4 + frame_size
+        if end > len(buffer):
+            return None, pos
+        data = buffer[pos + 8 : end]
+        if frame_type == FRAME_RESPONSE:
+            return (HEARTBEAT if data == HEARTBEAT_DATA else Response(data)), end
+        if frame_type == FRAME_ERROR:
+            return ErrorFrame.parse(data), end
+        if frame_type == FRAME_MESSAGE:
+            return self._message(data), end
+        raise self._fail(f"unknown frame type {frame_type}")
+
+    def _message(self, data: bytes) -> Message:
+        if len(data) < _MESSAGE_MIN_SIZE - 4:
+            raise self._fail(f"message frame of {len(data)} bytes is shorter than its header")
+        timestamp, attempts = _TIMESTAMP_ATTEMPTS.unpack_from(data)
+        return Message(data[10:26], timestamp, attempts, data[26:])
+
+    def _check_size(self, frame_size: int) -> None:
+        if frame_size < 4:
+            raise self._fail(f"frame size {frame_size} is too small to hold a frame type")
+        if frame_size > self.max_frame_size:
+            raise self._fail(
+                f"frame of {frame_size} bytes is larger than the limit of {self.max_frame_size}"
+            )
+
+    def _fail(self, reason: str) -> RemoteProtocolError:
+        self._error = RemoteProtocolError(f"invalid frame from nsqd: {reason}")
+        return self._error

@@ -1,0 +1,445 @@
+"""One connection to nsqd: dial, the set-up sequence, then a reader and a writer task.
+
+Set-up, in order: magic and IDENTIFY; TLS and its OK; snappy or deflate and its OK;
+AUTH when nsqd requires it. Each step reads exactly one frame, so bytes that belong to
+the next layer (a compressed OK can arrive with the plain IDENTIFY answer) are handed
+to that layer, never lost.
+
+Afterwards the reader task decodes frames, answers heartbeats with NOP at once,
+passes message batches to a sink that must not block (so a slow application never
+delays a heartbeat: RDY bounds what can pile up), matches responses to requests in
+FIFO order, and declares the connection dead after two heartbeat intervals of silence.
+One writer task sends everything queued since its last send in one call. No RDY
+policy lives here: that is the consumer's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from nsqtools.addresses import split_address
+from nsqtools.config import ClientConfig
+from nsqtools.durations import format_duration
+from nsqtools.errors import (
+    AuthError,
+    ConnectError,
+    ConnectionClosed,
+    NsqError,
+    NsqErrorResponse,
+    TlsError,
+)
+from nsqtools.protocol import (
+    AuthResponse,
+    ErrorFrame,
+    Event,
+    FrameDecoder,
+    Heartbeat,
+    IdentifyRequest,
+    IdentifyResponse,
+    Message,
+    MessageBatch,
+    ProtocolError,
+    RemoteProtocolError,
+    Response,
+    commands,
+)
+from nsqtools.transport.compression import DeflateStream, SnappyStream
+from nsqtools.transport.tls import client_context, describe_tls_failure
+
+log = logging.getLogger("nsqtools.transport")
+
+RECEIVE_SIZE = 256 * 1024
+# Above this many queued bytes, wait_writable() makes a producer wait for the writer.
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+MessageSink = Callable[["Conn", list[Message]], None]
+ErrorSink = Callable[["Conn", ErrorFrame], None]
+
+
+class _Pending:
+    """A request waiting for its answer, in send order."""
+
+    __slots__ = ("done", "error", "response")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.response: bytes = b""
+        self.error: BaseException | None = None
+
+
+class Conn:
+    """A negotiated connection. Use open_connection() to get one with its tasks running."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        decoder: FrameDecoder,
+        address: str,
+        config: ClientConfig,
+        identify: IdentifyResponse,
+        auth: AuthResponse | None,
+        on_messages: MessageSink | None,
+        on_error: ErrorSink | None,
+    ) -> None:
+        self.address = address
+        self.identify = identify
+        self.auth = auth
+        self.error: BaseException | None = None  # why the connection ended, unless we closed it
+        self._stream = stream
+        self._decoder = decoder
+        self._config = config
+        self._on_messages = on_messages
+        self._on_error = on_error
+        self._pending: deque[_Pending] = deque()
+        self._outgoing: list[bytes] = []
+        self._outgoing_size = 0
+        self._sending = False
+        self._writer_wakeup = trio.Event()
+        self._progress = trio.Event()  # set (and replaced) after each send, and at close
+        self._closed = trio.Event()
+        self._tasks = trio.CancelScope()
+
+    # -- writing ---------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the writer task; never blocks. Raises if the connection closed."""
+        if self._closed.is_set():
+            raise self._closed_error()
+        self._outgoing.append(data)
+        self._outgoing_size += len(data)
+        self._writer_wakeup.set()
+
+    async def request(self, data: bytes) -> bytes:
+        """Send a command that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) and return the answer.
+
+        Many requests may be in flight; answers are matched in order. An error frame
+        raises NsqErrorResponse; a connection that ends first raises ConnectionClosed.
+        """
+        pending = _Pending()
+        self.write(data)
+        self._pending.append(pending)
+        await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.response
+
+    async def wait_writable(self) -> None:
+        """Wait while more than WRITE_HIGH_WATER bytes are queued (producer back-pressure)."""
+        while self._outgoing_size > WRITE_HIGH_WATER:
+            await self._wait_progress()
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far has been handed to the socket."""
+        while self._outgoing or self._sending:
+            await self._wait_progress()
+
+    async def _wait_progress(self) -> None:
+        if self._closed.is_set():
+            raise self._closed_error()
+        await self._progress.wait()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    # -- tasks -----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        with self._tasks:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._write_loop)
+
+    async def _read_loop(self) -> None:
+        # Without heartbeats there is no traffic to expect, so no deadline.
+        interval = self._config.heartbeat_interval
+        silence_limit = 2 * interval if interval > 0 else math.inf
+        try:
+            self._dispatch(self._decoder.feed(b""))  # frames that came with the set-up
+            while True:
+                with trio.move_on_after(silence_limit):
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+                    if not data:
+                        raise ConnectionClosed(f"{self.address} closed the connection")
+                    self._dispatch(self._decoder.feed(data))
+                    continue
+                raise ConnectionClosed(
+                    f"{self.address} sent nothing for {format_duration(silence_limit)}: "
+                    "connection presumed dead"
+                )
+        except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
+            self._end(error)
+
+    def _dispatch(self, events: list[Event]) -> None:
+        for event in events:
+            if type(event) is MessageBatch:
+                if self._on_messages is None:
+                    raise RemoteProtocolError(f"{self.address} sent a message before any SUB")
+                self._on_messages(self, event.messages)
+            elif type(event) is Heartbeat:
+                self.write(commands.NOP)
+            elif type(event) is Response:
+                self._answer(event.data, None)
+            elif type(event) is ErrorFrame:
+                self._error_frame(event)
+
+    def _answer(self, response: bytes, error: BaseException | None) -> None:
+        if not self._pending:
+            raise RemoteProtocolError(f"{self.address} sent an unrequested answer: {response!r}")
+        pending = self._pending.popleft()
+        pending.response, pending.error = response, error
+        pending.done.set()
+
+    def _error_frame(self, frame: ErrorFrame) -> None:
+        if not frame.fatal:
+            # E_FIN_FAILED and friends: the message timed out or was already answered.
+            if self._on_error is not None:
+                self._on_error(self, frame)
+            else:
+                log.warning("%s: %s", self.address, frame)
+            return
+        error = NsqErrorResponse(self.address, frame.code, frame.message)
+        if self._pending:
+            self._answer(b"", error)
+        else:
+            self.error = error  # nsqd closes the connection next; report why
+            log.error("%s", error)
+
+    async def _write_loop(self) -> None:
+        write_timeout = self._config.write_timeout
+        try:
+            while True:
+                await self._writer_wakeup.wait()
+                self._writer_wakeup = trio.Event()
+                data = b"".join(self._outgoing)
+                self._outgoing.clear()
+                self._outgoing_size = 0
+                self._sending = True
+                with trio.move_on_after(write_timeout) as scope:
+                    await self._stream.send_all(data)
+                self._sending = False
+                if scope.cancelled_caught:
+                    limit = format_duration(write_timeout)
+                    raise ConnectionClosed(f"writing to {self.address} timed out after {limit}")
+                self._progress.set()
+                self._progress = trio.Event()
+        except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
+            self._end(error)
+
+    # -- closing ---------------------------------------------------------------------
+
+    def _closed_error(self) -> ConnectionClosed:
+        if isinstance(self.error, ConnectionClosed):
+            return self.error
+        reason = f": {self.error}" if self.error is not None else ""
+        return ConnectionClosed(f"connection to {self.address} is closed{reason}")
+
+    def _end(self, error: BaseException | None) -> None:
+        """Mark the connection closed, fail what waits on it and stop its tasks."""
+        if self._closed.is_set():
+            return
+        if self.error is None:
+            self.error = error
+        self._closed.set()
+        self._tasks.cancel()
+        failure = self._closed_error()
+        while self._pending:
+            pending = self._pending.popleft()
+            pending.error = failure
+            pending.done.set()
+        self._progress.set()
+
+    async def aclose(self) -> None:
+        """Send what is queued (bounded by write_timeout), then close. Safe twice."""
+        try:
+            if not self._closed.is_set():
+                with trio.move_on_after(self._config.write_timeout):
+                    await self.flush()
+        except ConnectionClosed:
+            pass
+        finally:
+            self._end(None)
+            await trio.aclose_forcefully(self._stream)
+
+
+@asynccontextmanager
+async def open_connection(
+    address: str,
+    config: ClientConfig,
+    *,
+    on_messages: MessageSink | None = None,
+    on_error: ErrorSink | None = None,
+) -> AsyncIterator[Conn]:
+    """Connect, negotiate and run the connection's tasks for the body of the block.
+
+    on_messages receives each batch of messages as it arrives (consumers only); it runs
+    in the reader task and must not block. on_error receives non-fatal error frames.
+    """
+    stream, decoder, identify, auth = await negotiate(address, config)
+    conn = Conn(stream, decoder, address, config, identify, auth, on_messages, on_error)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._run)
+        try:
+            yield conn
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+
+def identify_request(config: ClientConfig) -> IdentifyRequest:
+    return IdentifyRequest(
+        client_id=config.client_id,
+        hostname=config.hostname,
+        user_agent=config.user_agent,
+        heartbeat_interval=config.heartbeat_interval,
+        output_buffer_size=config.output_buffer_size,
+        output_buffer_timeout=config.output_buffer_timeout,
+        tls_v1=config.tls_v1,
+        snappy=config.snappy,
+        deflate=config.deflate,
+        deflate_level=config.deflate_level,
+        sample_rate=config.sample_rate,
+        msg_timeout=config.msg_timeout,
+        topology_region=config.topology_region,
+        topology_zone=config.topology_zone,
+    )
+
+
+async def negotiate(
+    address: str, config: ClientConfig
+) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
+    """Dial and run the set-up sequence; return the (possibly wrapped) stream and state."""
+    host, port = split_address(address)
+    stream = await _dial(address, host, port, config.dial_timeout)
+    try:
+        with trio.fail_after(config.read_timeout):
+            return await _set_up(stream, address, host, config)
+    except trio.TooSlowError:
+        await trio.aclose_forcefully(stream)
+        raise ConnectError(
+            f"{address} did not complete the connection set-up within "
+            f"{format_duration(config.read_timeout)}"
+        ) from None
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+
+
+async def _dial(address: str, host: str, port: int, timeout: float) -> trio.abc.Stream:
+    try:
+        with trio.fail_after(timeout):
+            return await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise ConnectError(
+            f"cannot connect to {address}: timed out after {format_duration(timeout)}"
+        ) from None
+    except OSError as error:
+        raise ConnectError(f"cannot connect to {address}: {_dial_failure(error)}") from error
+
+
+def _dial_failure(error: BaseException) -> str:
+    """The root reason, e.g. "connection refused", from trio's "all attempts failed"."""
+    cause = error.__cause__
+    if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        return _dial_failure(cause.exceptions[0])
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno).lower()
+    return str(error)
+
+
+async def _set_up(
+    stream: trio.abc.Stream, address: str, host: str, config: ClientConfig
+) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
+    decoder = FrameDecoder()
+    await stream.send_all(commands.MAGIC_V2 + commands.identify(identify_request(config).to_json()))
+    identify = IdentifyResponse.parse(await _read_response(stream, decoder, address, "IDENTIFY"))
+    if config.tls_v1:
+        if not identify.tls_v1:
+            raise TlsError(f"{address} does not offer TLS (nsqd needs --tls-cert and --tls-key)")
+        stream = await _start_tls(stream, decoder, address, host, config)
+        await _expect_ok(stream, decoder, address, "TLS")
+    if identify.snappy:
+        stream = SnappyStream(stream, initial=decoder.take_unconsumed())
+        await _expect_ok(stream, decoder, address, "snappy")
+    elif identify.deflate:
+        stream = DeflateStream(stream, identify.deflate_level, initial=decoder.take_unconsumed())
+        await _expect_ok(stream, decoder, address, "deflate")
+    auth = await _authenticate(stream, decoder, address, config) if identify.auth_required else None
+    return stream, decoder, identify, auth
+
+
+async def _start_tls(
+    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, host: str, config: ClientConfig
+) -> trio.SSLStream[trio.abc.Stream]:
+    if decoder.take_unconsumed():
+        raise RemoteProtocolError(f"{address} sent data before the TLS handshake")
+    context = client_context(
+        config.tls_root_ca_file,
+        config.tls_cert,
+        config.tls_key,
+        config.tls_insecure_skip_verify,
+        config.tls_min_version,
+    )
+    tls_stream = trio.SSLStream(stream, context, server_hostname=host)
+    try:
+        await tls_stream.do_handshake()
+    except (trio.BrokenResourceError, ssl.SSLError) as error:
+        raise TlsError(
+            f"TLS handshake with {address} failed: {describe_tls_failure(error)}"
+        ) from error
+    return tls_stream
+
+
+async def _authenticate(
+    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, config: ClientConfig
+) -> AuthResponse:
+    if not config.auth_secret:
+        raise AuthError(f"{address} requires AUTH, but no auth secret was given")
+    await stream.send_all(commands.auth(config.auth_secret))
+    try:
+        return AuthResponse.parse(await _read_response(stream, decoder, address, "AUTH"))
+    except NsqErrorResponse as error:
+        raise AuthError(f"{address} denied AUTH: {error.code} {error.message}") from error
+
+
+async def _expect_ok(
+    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, step: str
+) -> None:
+    response = await _read_response(stream, decoder, address, step)
+    if response != b"OK":
+        raise RemoteProtocolError(f"{address} answered {step} set-up with {response[:80]!r}")
+
+
+async def _read_response(
+    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, step: str
+) -> bytes:
+    """Read exactly one response frame, leaving any later bytes in the decoder."""
+    while True:
+        event = decoder.next_event()
+        if event is None:
+            try:
+                data = await stream.receive_some(RECEIVE_SIZE)
+            except trio.BrokenResourceError as error:
+                raise ConnectError(f"{address} broke the connection during {step}") from error
+            if not data:
+                raise ConnectError(f"{address} closed the connection during {step}")
+            decoder.receive_data(bytes(data))
+        elif isinstance(event, Heartbeat):
+            await stream.send_all(commands.NOP)
+        elif isinstance(event, ErrorFrame):
+            raise NsqErrorResponse(address, event.code, event.message)
+        elif isinstance(event, Response):
+            return event.data
+        else:
+            raise RemoteProtocolError(f"{address} sent a message during {step}")
