@@ -22,6 +22,7 @@ from nsqtools.errors import AuthError, ConnectError, ConnectionClosed, NsqErrorR
 from nsqtools.protocol import Message, commands
 from nsqtools.testing import Nsqd, TlsFiles
 from nsqtools.transport import Conn, open_connection
+from nsqtools.transport.tls import client_context
 from tests.conftest import AUTH_SECRETS, LocalNsq
 
 TOPIC = "transport"
@@ -271,3 +272,17 @@ async def test_close_is_safe_twice(nsqd: Nsqd) -> None:
         await conn.aclose()
         assert conn.closed
         assert conn.error is None
+
+
+async def test_tls_minimum_version_is_honoured(tls_nsqd: Nsqd, tls_files: TlsFiles) -> None:
+    config = make_config(tls_v1=True, tls_root_ca_file=str(tls_files.ca), tls_min_version="tls1.3")
+    async with open_connection(tls_nsqd.tcp_address, config) as conn:
+        assert conn.identify.tls_v1
+
+
+def test_an_unreadable_ca_file_is_a_one_line_tls_error(tmp_path: Path) -> None:
+    not_a_certificate = tmp_path / "ca.pem"
+    not_a_certificate.write_text("not a certificate\n")
+    with pytest.raises(TlsError, match=r"cannot load TLS root CA file .*ca\.pem: ") as raised:
+        client_context(root_ca_file=str(not_a_certificate))
+    assert "\n" not in str(raised.value)
