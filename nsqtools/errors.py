@@ -6,6 +6,9 @@ Protocol violations have their own types in nsqtools.protocol.errors.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class NsqError(Exception):
     """Base of every operational failure; str() is one line fit for a terminal."""
@@ -35,3 +38,29 @@ class NsqErrorResponse(NsqError):
         self.address = address
         self.code = code
         self.message = message
+
+
+@contextmanager
+def single_errors() -> Iterator[None]:
+    """Re-raise an exception group that holds one exception as that exception.
+
+    trio's nurseries wrap everything in groups; callers of our context managers should
+    see the ConnectError or AssertionError itself, not a group of one.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exception in group.exceptions:
+        if isinstance(exception, BaseExceptionGroup):
+            found.extend(_leaves(exception))
+        else:
+            found.append(exception)
+    return found

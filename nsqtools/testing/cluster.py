@@ -332,6 +332,25 @@ class Nsqd(NsqProcess):
         )
         response.raise_for_status()
 
+    def publish_many(self, topic: str, bodies: Iterable[bytes]) -> None:
+        """Publish newline-free bodies in one HTTP /mpub."""
+        response = httpx.post(
+            f"http://{self.http_address}/mpub",
+            params={"topic": topic},
+            content=b"\n".join(bodies),
+            timeout=30.0,
+        )
+        response.raise_for_status()
+
+    def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
+        """One channel's /stats entry (depth, in_flight_count, clients with ready_count...)."""
+        for topic_stats in self.stats(topic=topic, channel=channel).get("topics") or []:
+            for channel_stats in topic_stats.get("channels") or []:
+                if channel_stats["channel_name"] == channel:
+                    result: dict[str, Any] = channel_stats
+                    return result
+        raise KeyError(f"channel {topic}/{channel} not on {self.name}")
+
 
 def _kill_leftovers() -> None:
     for process in list(_live):

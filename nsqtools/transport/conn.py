@@ -35,6 +35,7 @@ from nsqtools.errors import (
     NsqError,
     NsqErrorResponse,
     TlsError,
+    single_errors,
 )
 from nsqtools.protocol import (
     AuthResponse,
@@ -288,13 +289,14 @@ async def open_connection(
     """
     stream, decoder, identify, auth = await negotiate(address, config)
     conn = Conn(stream, decoder, address, config, identify, auth, on_messages, on_error)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(conn._run)
-        try:
-            yield conn
-        finally:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
+    with single_errors():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn._run)
+            try:
+                yield conn
+            finally:
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
 
 
 def identify_request(config: ClientConfig) -> IdentifyRequest:

@@ -1,0 +1,160 @@
+"""Issue 4's consumer measure: drain N 100-byte messages, side by side on one nsqd.
+
+Contenders, each on its own channel of the same topic (so each sees all N messages):
+  - go:   the Go nsq_tail (go-nsq) with -n N, stdout to /dev/null (wall time of the process);
+  - ours: nsqtools.consumer in this process, bodies written to /dev/null, every message FIN'd;
+  - bare: a minimal blocking-socket loop with no library (SUB, RDY, parse, FIN): the ceiling
+    of what nsqd delivers here to a Python consumer that does nothing else.
+All use max_in_flight 200 (nsq_tail's default) unless --max-in-flight says otherwise.
+
+    .venv/bin/python bench/consume.py [--messages N] [--runs R] [--max-in-flight M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import trio
+
+from nsqtools.config import ClientConfig
+from nsqtools.consumer import open_consumer
+from nsqtools.protocol import commands
+from nsqtools.testing import Nsqd, find_binary
+
+TOPIC = "bench"
+BODY_SIZE = 100
+PUBLISH_CHUNK = 20_000  # messages per HTTP /mpub (2 MB, under nsqd's 5 MB body limit)
+
+
+def fill(nsqd: Nsqd, channels: list[str], count: int) -> None:
+    """Create the channels first so each gets its own copy, then publish `count` messages."""
+    base = f"http://{nsqd.http_address}"
+    httpx.post(f"{base}/topic/create", params={"topic": TOPIC}).raise_for_status()
+    for channel in channels:
+        httpx.post(
+            f"{base}/channel/create",
+            params={"topic": TOPIC, "channel": channel},
+        ).raise_for_status()
+    body = b"x" * (BODY_SIZE - 8)
+    for start in range(0, count, PUBLISH_CHUNK):
+        end = min(start + PUBLISH_CHUNK, count)
+        nsqd.publish_many(TOPIC, (b"%08d" % index + body for index in range(start, end)))
+
+
+def run_go(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    argv = [
+        str(find_binary("nsq_tail")),
+        f"--nsqd-tcp-address={nsqd.tcp_address}",
+        f"--topic={TOPIC}",
+        f"--channel={channel}",
+        f"-n={count}",
+        f"--max-in-flight={max_in_flight}",
+    ]
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
+def run_ours(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    config = dataclasses.replace(ClientConfig(), max_in_flight=max_in_flight)
+
+    async def drain() -> float:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        received = 0
+        started = time.perf_counter()
+        async with open_consumer(
+            TOPIC, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address], limit=count
+        ) as consumer:
+            async for batch in consumer:
+                os.write(devnull, b"\n".join([message.body for message in batch.messages]) + b"\n")
+                batch.finish()
+                received += len(batch.messages)
+        elapsed = time.perf_counter() - started
+        os.close(devnull)
+        assert received == count, received
+        return elapsed
+
+    return trio.run(drain)
+
+
+def run_bare(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    host, port = nsqd.tcp_address.rsplit(":", 1)
+    started = time.perf_counter()
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(commands.MAGIC_V2 + commands.sub(TOPIC, channel) + commands.rdy(max_in_flight))
+        buffer = b""
+        received = 0
+        header = struct.Struct(">II")
+        while received < count:
+            buffer += sock.recv(256 * 1024)
+            pos, ids = 0, []
+            while len(buffer) - pos >= 8:
+                size, frame_type = header.unpack_from(buffer, pos)
+                end = pos + 4 + size
+                if end > len(buffer):
+                    break
+                if frame_type == 2:
+                    ids.append(buffer[pos + 18 : pos + 34])
+                pos = end
+            buffer = buffer[pos:]
+            received += len(ids)
+            if ids:
+                sock.sendall(commands.fin_many(ids))
+    return time.perf_counter() - started
+
+
+CONTENDERS: dict[str, Callable[[Nsqd, str, int, int], float]] = {
+    "go": run_go,
+    "ours": run_ours,
+    "bare": run_bare,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--max-in-flight", type=int, default=200)
+    args = parser.parse_args()
+    rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    with tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp:
+        queue = f"--mem-queue-size={args.messages + 10}"
+        with Nsqd(Path(tmp) / "nsqd", extra_args=[queue]) as nsqd:
+            assert isinstance(nsqd, Nsqd)
+            for run in range(args.runs):
+                names = list(CONTENDERS)
+                order = names[run % len(names) :] + names[: run % len(names)]
+                channels = {name: f"{name}-{run}" for name in order}
+                fill(nsqd, list(channels.values()), args.messages)
+                for name in order:
+                    elapsed = CONTENDERS[name](
+                        nsqd, channels[name], args.messages, args.max_in_flight
+                    )
+                    rates[name].append(args.messages / elapsed)
+                    print(f"run {run + 1} {name:>4}: {args.messages / elapsed:>11,.0f} msg/s")
+                httpx.post(f"http://{nsqd.http_address}/topic/delete", params={"topic": TOPIC})
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(
+        f"medians over {args.runs} runs of {args.messages:,} messages, max_in_flight "
+        f"{args.max_in_flight}: "
+        + ", ".join(f"{name} {rate:,.0f} msg/s" for name, rate in medians.items())
+    )
+    print(
+        f"ours/go = {medians['ours'] / medians['go']:.2f}x (target 4x); "
+        f"ours/bare = {medians['ours'] / medians['bare']:.2f} of the bare-socket ceiling"
+    )
+
+
+if __name__ == "__main__":
+    main()

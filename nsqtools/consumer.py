@@ -1,0 +1,570 @@
+"""The consumer: one topic/channel from many nsqds, in batches, losing nothing.
+
+Owns the connections to nsqd (direct addresses, reconnected with exponential backoff,
+or discovered through nsqlookupd, reconnected while a poll still lists them), RDY
+flow control and backoff (policy in flow.py), max_attempts, and the clean stop.
+
+The application reads Batches: the messages one connection delivered in one read.
+Each is answered as a whole or message by message (FIN, REQ, TOUCH); a batch's
+answers go out in one write. Nothing is lost on stop: messages the application never
+took and messages it left unanswered are requeued at once (REQ 0), because nsqd would
+otherwise hold them until msg_timeout. With `limit`, at most that many messages are
+ever delivered; any received beyond it are requeued at once.
+
+No printing and no click here: errors are NsqError subclasses with one-line messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Self
+
+import httpx
+import trio
+
+from nsqtools import discovery, flow
+from nsqtools.config import ClientConfig
+from nsqtools.errors import (
+    AuthError,
+    NsqError,
+    NsqErrorResponse,
+    TlsError,
+    single_errors,
+)
+from nsqtools.protocol import ErrorFrame, Message, ProtocolError, check_channel, check_topic
+from nsqtools.protocol import commands as cmd
+from nsqtools.transport import Conn, open_connection
+
+log = logging.getLogger("nsqtools.consumer")
+
+# Direct nsqd addresses are redialed after 0.5s, 1s, 2s, ... up to this.
+MAX_RECONNECT_DELAY = 30.0
+# How long a clean stop waits for nsqd's CLOSE_WAIT.
+CLOSE_WAIT_TIMEOUT = 5.0
+# Refresh RDY once this fraction of the last RDY has been received (the 25% rule).
+READY_REFRESH_FRACTION = 0.75
+
+GiveUpHook = Callable[[Message], None]
+# Configuration problems: retrying cannot fix them, so they end the consumer.
+FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse)
+
+
+class Batch:
+    """Messages from one connection's read, answered together or one by one."""
+
+    __slots__ = ("_answered", "_link", "messages")
+
+    def __init__(self, link: _Link, messages: list[Message]) -> None:
+        self._link = link
+        self.messages = messages
+        self._answered: set[bytes] | None = None  # ids answered one by one, if any
+
+    @property
+    def nsqd_address(self) -> str:
+        return self._link.address
+
+    def unanswered(self) -> list[Message]:
+        if self._answered is None:
+            return self.messages
+        return [message for message in self.messages if message.id not in self._answered]
+
+    def finish(self, messages: Sequence[Message] | None = None) -> None:
+        """FIN these messages (default: every one not yet answered)."""
+        ids = self._take(messages)
+        if ids:
+            self._link.answer(cmd.fin_many(ids), len(ids))
+            self._link.consumer._record_outcome(success=True, count=len(ids))
+
+    def requeue(
+        self,
+        messages: Sequence[Message] | None = None,
+        *,
+        delay: float | None = None,
+        backoff: bool = True,
+    ) -> None:
+        """REQ these messages (default: every one not yet answered).
+
+        Without a delay each gets go-nsq's default, growing with its attempts. With
+        backoff, the consumer slows down as go-nsq's does after a failure.
+        """
+        chosen = self.unanswered() if messages is None else list(messages)
+        ids = self._take(chosen)
+        if not ids:
+            return
+        self._link.answer(self._link.consumer._requeue_commands(chosen, ids, delay), len(ids))
+        self._link.consumer._record_outcome(success=not backoff, count=len(ids), requeued=True)
+
+    def touch(self, messages: Sequence[Message] | None = None) -> None:
+        """Reset nsqd's timeout for these unanswered messages (default: all unanswered)."""
+        chosen = self.unanswered() if messages is None else messages
+        self._link.write(b"".join(cmd.touch(message.id) for message in chosen))
+
+    def _take(self, messages: Sequence[Message] | None) -> list[bytes]:
+        """Mark messages answered and return the ids that were not answered before."""
+        if messages is None or (self._answered is None and len(messages) == len(self.messages)):
+            ids = [message.id for message in self.unanswered()]
+            self._answered = {message.id for message in self.messages}
+        else:
+            answered = self._answered if self._answered is not None else set()
+            ids = [message.id for message in messages if message.id not in answered]
+            answered.update(ids)
+            self._answered = answered
+        if len(self._answered) == len(self.messages):
+            self._link.open_batches.discard(self)
+        return ids
+
+
+class _Link:
+    """The consumer's state for one nsqd: its connection, RDY and in-flight count."""
+
+    def __init__(self, consumer: Consumer, address: str) -> None:
+        self.consumer = consumer
+        self.address = address
+        self.conn: Conn | None = None
+        self.ready = 0
+        self.fresh = True  # no message yet: RDY starts at 1 until the first arrives
+        self.in_flight = 0
+        self.received_since_ready = 0
+        self.last_message_at = 0.0
+        self.open_batches: set[Batch] = set()
+        self.running = False
+        self.cls_sent = False
+        self.subscription_closed = trio.Event()
+
+    @property
+    def live(self) -> bool:
+        return self.conn is not None and not self.conn.closed
+
+    def view(self, now: float) -> flow.ConnectionView:
+        assert self.conn is not None
+        return flow.ConnectionView(
+            self.address, self.conn.identify.max_rdy_count, self.ready, now - self.last_message_at
+        )
+
+    def attach(self, conn: Conn) -> None:
+        self.conn = conn
+        self.ready = self.in_flight = self.received_since_ready = 0
+        self.fresh = True
+        self.cls_sent = False
+        self.subscription_closed = trio.Event()
+        self.last_message_at = trio.current_time()
+
+    def detach(self) -> None:
+        # nsqd requeues (after msg_timeout) whatever was in flight on a lost connection.
+        self.conn = None
+        self.ready = self.in_flight = 0
+        self.open_batches.clear()
+
+    def write(self, data: bytes) -> None:
+        # A lost connection's messages come back from nsqd after msg_timeout.
+        if self.conn is not None and not self.conn.closed:
+            self.conn.write(data)
+
+    def answer(self, data: bytes, count: int) -> None:
+        self.in_flight -= count
+        self.write(data)
+
+    def send_ready(self, count: int) -> None:
+        self.ready = count
+        self.received_since_ready = 0
+        self.write(cmd.rdy(count))
+
+    def on_messages(self, conn: Conn, messages: list[Message]) -> None:
+        """The connection's message sink: runs in its reader task, never blocks."""
+        count = len(messages)
+        self.in_flight += count
+        self.received_since_ready += count
+        self.last_message_at = trio.current_time()
+        consumer = self.consumer
+        consumer.received += count
+        consumer._accept(self, messages)
+        if self.fresh:
+            self.fresh = False
+            consumer._rebalance()
+        elif self.ready and self.received_since_ready >= READY_REFRESH_FRACTION * self.ready:
+            self.send_ready(self.ready)
+
+    async def close_subscription(self) -> None:
+        """CLS once, and wait for CLOSE_WAIT: every message nsqd sent before it has been
+        received (and, while stopping, requeued); nsqd sends nothing more."""
+        if not self.cls_sent:
+            self.cls_sent = True
+            with trio.move_on_after(CLOSE_WAIT_TIMEOUT):
+                try:
+                    if self.conn is not None:
+                        await self.conn.request(cmd.CLS)
+                except (NsqError, ProtocolError):
+                    pass
+            self.subscription_closed.set()
+        await self.subscription_closed.wait()
+
+    def on_error(self, conn: Conn, frame: ErrorFrame) -> None:
+        log.warning("%s: %s", self.address, frame)
+
+
+class Consumer:
+    """Subscribes one topic/channel; iterate it for Batches. Made by open_consumer()."""
+
+    def __init__(
+        self,
+        topic: str,
+        channel: str,
+        config: ClientConfig,
+        *,
+        nsqd_tcp_addresses: Sequence[str] = (),
+        lookupd_http_addresses: Sequence[str] = (),
+        limit: int | None = None,
+        give_up: GiveUpHook | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if bool(nsqd_tcp_addresses) == bool(lookupd_http_addresses):
+            raise ValueError("give nsqd TCP addresses or nsqlookupd HTTP addresses, not both")
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self.topic = check_topic(topic)
+        self.channel = check_channel(channel)
+        self.config = config
+        self.nsqd_tcp_addresses = list(nsqd_tcp_addresses)
+        self.lookupd_http_addresses = list(lookupd_http_addresses)
+        self.limit = limit
+        self.give_up = give_up or _log_give_up
+        self.error: BaseException | None = None
+        self.received = 0  # messages received from nsqd, including any requeued unseen
+        self.delivered = 0  # messages handed to the application
+        self.finished = 0
+        self.requeued = 0
+        self._rng = rng or random.Random()
+        self._backoff = flow.Backoff(
+            config.backoff_strategy,
+            config.backoff_multiplier,
+            config.max_backoff_duration,
+            self._rng,
+        )
+        self._links: dict[str, _Link] = {}
+        self._queue: deque[Batch] = deque()
+        self._wakeup = trio.Event()
+        self._stopping = False
+        self._nursery: trio.Nursery | None = None
+
+    # -- the application's side ------------------------------------------------------
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Batch:
+        while not self._queue:
+            if self.error is not None:
+                raise self.error
+            if self._stopping or self._limit_reached():
+                raise StopAsyncIteration
+            self._wakeup = trio.Event()
+            await self._wakeup.wait()
+        return self._queue.popleft()
+
+    def stop(self) -> None:
+        """Stop taking messages: iteration ends, nsqd is told to stop sending (CLS)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wakeup.set()
+        self._rebalance()
+        if self._nursery is not None:
+            for link in self._live_links():
+                self._nursery.start_soon(link.close_subscription)
+
+    def is_starved(self) -> bool:
+        """True when nsqd will send no more until messages are answered: flush now."""
+        links = self._live_links()
+        in_flight = {link.address: link.in_flight for link in links}
+        return flow.starved(in_flight, {link.address: link.ready for link in links})
+
+    @property
+    def connected_addresses(self) -> list[str]:
+        return [link.address for link in self._live_links()]
+
+    # -- messages in -----------------------------------------------------------------
+
+    def _accept(self, link: _Link, messages: list[Message]) -> None:
+        max_attempts = self.config.max_attempts
+        if max_attempts and any(message.attempts > max_attempts for message in messages):
+            messages = self._give_up_exhausted(link, messages, max_attempts)
+        if self._stopping or self._limit_reached():
+            Batch(link, messages).requeue(delay=0, backoff=False)
+            return
+        if self.limit is not None:
+            room = self.limit - self.delivered
+            if len(messages) > room:
+                Batch(link, messages[room:]).requeue(delay=0, backoff=False)
+                messages = messages[:room]
+        if not messages:
+            return
+        batch = Batch(link, messages)
+        link.open_batches.add(batch)
+        self.delivered += len(messages)
+        self._queue.append(batch)
+        self._wakeup.set()
+        if self.limit is not None:
+            self._rebalance()  # RDY shrinks toward the limit, and is 0 once it is reached
+
+    def _give_up_exhausted(
+        self, link: _Link, messages: list[Message], max_attempts: int
+    ) -> list[Message]:
+        """Hand messages past max_attempts to the give-up hook and FIN them."""
+        exhausted = [message for message in messages if message.attempts > max_attempts]
+        for message in exhausted:
+            self.give_up(message)
+        Batch(link, exhausted).finish()
+        return [message for message in messages if message.attempts <= max_attempts]
+
+    def _limit_reached(self) -> bool:
+        return self.limit is not None and self.delivered >= self.limit
+
+    # -- answers ---------------------------------------------------------------------
+
+    def _requeue_commands(
+        self, messages: list[Message], ids: list[bytes], delay: float | None
+    ) -> bytes:
+        if delay is not None:
+            return cmd.req_many(ids, delay)
+        wanted = set(ids)
+        return b"".join(
+            cmd.req(
+                message.id,
+                flow.requeue_delay(
+                    message.attempts,
+                    self.config.default_requeue_delay,
+                    self.config.max_requeue_delay,
+                ),
+            )
+            for message in messages
+            if message.id in wanted
+        )
+
+    def _record_outcome(self, *, success: bool, count: int, requeued: bool = False) -> None:
+        if requeued:
+            self.requeued += count
+        else:
+            self.finished += count
+        if not success or self._backoff.active:
+            self._apply_backoff(self._backoff.record(success))
+
+    def _apply_backoff(self, action: flow.BackoffAction) -> None:
+        if action is flow.BackoffAction.NOTHING:
+            return
+        if action is flow.BackoffAction.PAUSE:
+            log.warning(
+                "backing off for %.3fs (level %d)",
+                self._backoff.pause_duration,
+                self._backoff.level,
+            )
+            if self._nursery is not None:
+                self._nursery.start_soon(self._end_pause, self._backoff.pause_duration)
+        self._rebalance()
+
+    async def _end_pause(self, duration: float) -> None:
+        await trio.sleep(duration)
+        self._backoff.pause_ended()
+        self._rebalance()
+
+    # -- RDY -------------------------------------------------------------------------
+
+    def _live_links(self) -> list[_Link]:
+        return [link for link in self._links.values() if link.live]
+
+    def _rebalance(self) -> None:
+        """Send RDY wherever the plan for the current state differs from what was sent."""
+        links = self._live_links()
+        if not links:
+            return
+        now = trio.current_time()
+        views = [link.view(now) for link in links]
+        if self._stopping or self._limit_reached() or self._backoff.paused:
+            targets = dict.fromkeys((link.address for link in links), 0)
+        elif self._backoff.active:
+            targets = self._keep_probe(links) or flow.probe_ready(views, self._rng)
+        else:
+            targets = flow.plan_ready(
+                self._max_in_flight(), views, self.config.low_rdy_idle_timeout, self._rng
+            )
+        for link in links:
+            target = targets[link.address]
+            if link.fresh:
+                target = min(target, 1)  # a new connection starts at RDY 1
+            if target != link.ready:
+                link.send_ready(target)
+
+    def _keep_probe(self, links: list[_Link]) -> dict[flow.Key, int] | None:
+        """While testing the water, keep RDY 1 where it already is."""
+        holders = [link for link in links if link.ready == 1]
+        if len(holders) != 1:
+            return None
+        return {link.address: (1 if link is holders[0] else 0) for link in links}
+
+    def _max_in_flight(self) -> int:
+        if self.limit is None:
+            return self.config.max_in_flight
+        return min(self.config.max_in_flight, self.limit - self.delivered)
+
+    async def _redistribute_periodically(self) -> None:
+        """When RDY is scarcer than connections, rotate it so every nsqd gets drained."""
+        while True:
+            await trio.sleep(self.config.rdy_redistribute_interval)
+            if len(self._live_links()) > self._max_in_flight():
+                self._rebalance()
+
+    # -- connections -----------------------------------------------------------------
+
+    async def _start(self, nursery: trio.Nursery) -> None:
+        """Connect to every direct nsqd (failing on the first that cannot be reached),
+        or start polling nsqlookupd."""
+        self._nursery = nursery
+        nursery.start_soon(self._redistribute_periodically)
+        for address in self.nsqd_tcp_addresses:
+            await nursery.start(self._serve_direct, address)
+        if self.lookupd_http_addresses:
+            nursery.start_soon(self._discover)
+
+    def _link(self, address: str) -> _Link:
+        if address not in self._links:
+            self._links[address] = _Link(self, address)
+        return self._links[address]
+
+    async def _serve_direct(
+        self, address: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep a connection to a given nsqd, redialing with exponential backoff.
+
+        The first attempt must succeed: a refused address at start is an error."""
+        await self._connect_and_serve(self._link(address), task_status)
+        failures = 0
+        while not self._stopping:
+            failures += 1
+            delay = min(0.5 * 2 ** (failures - 1), MAX_RECONNECT_DELAY)
+            delay *= 1 + self._rng.random() * 0.2
+            log.info("%s: reconnecting in %.1fs", address, delay)
+            await trio.sleep(delay)
+            try:
+                await self._connect_and_serve(self._link(address), trio.TASK_STATUS_IGNORED)
+                failures = 0
+            except (NsqError, ProtocolError, OSError) as error:
+                log.warning("%s: %s", address, error)
+
+    async def _serve_discovered(self, link: _Link) -> None:
+        """One connection to a discovered nsqd; the next poll reconnects it if listed."""
+        link.running = True
+        try:
+            await self._connect_and_serve(link, trio.TASK_STATUS_IGNORED)
+        except (NsqError, ProtocolError, OSError) as error:
+            log.warning("%s: %s", link.address, error)
+        finally:
+            link.running = False
+
+    async def _connect_and_serve(self, link: _Link, task_status: trio.TaskStatus[None]) -> None:
+        """Connect, SUB, then serve until the connection ends; fatal errors end the consumer."""
+        try:
+            async with open_connection(
+                link.address, self.config, on_messages=link.on_messages, on_error=link.on_error
+            ) as conn:
+                await conn.request(cmd.sub(self.topic, self.channel))
+                link.attach(conn)
+                self._rebalance()
+                task_status.started()
+                log.info("%s: subscribed to %s/%s", link.address, self.topic, self.channel)
+                await conn.wait_closed()
+                if conn.error is not None and not self._stopping:
+                    log.warning("%s: connection lost: %s", link.address, conn.error)
+        except FATAL_ERRORS as error:
+            self._fail(error)
+            raise
+        finally:
+            link.detach()
+            self._rebalance()
+
+    async def _discover(self) -> None:
+        config = self.config
+        async with httpx.AsyncClient(timeout=config.lookupd_poll_timeout) as client:
+            while not self._stopping:
+                nodes, errors = await discovery.lookup_all(
+                    client, self.lookupd_http_addresses, self.topic
+                )
+                for error in errors:
+                    log.warning("%s", error)
+                for node in nodes:
+                    link = self._link(node.tcp_address)
+                    if not link.running and self._nursery is not None:
+                        self._nursery.start_soon(self._serve_discovered, link)
+                jitter = self._rng.random() * config.lookupd_poll_jitter
+                await trio.sleep(config.lookupd_poll_interval * (1 + jitter))
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self._wakeup.set()
+
+    # -- stopping --------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """Requeue everything not answered, flush the answers and close every connection."""
+        self.stop()
+        links = self._live_links()
+        async with trio.open_nursery() as nursery:
+            for link in links:
+                nursery.start_soon(link.close_subscription)
+        while self._queue:
+            self._queue.popleft().requeue(delay=0, backoff=False)
+        for link in links:
+            for batch in list(link.open_batches):
+                batch.requeue(delay=0, backoff=False)
+        for link in links:
+            if link.conn is not None:
+                await link.conn.aclose()
+
+
+def _log_give_up(message: Message) -> None:
+    log.warning(
+        "giving up on message %s after %d attempts",
+        message.id.decode(errors="replace"),
+        message.attempts,
+    )
+
+
+@asynccontextmanager
+async def open_consumer(
+    topic: str,
+    channel: str,
+    config: ClientConfig,
+    *,
+    nsqd_tcp_addresses: Sequence[str] = (),
+    lookupd_http_addresses: Sequence[str] = (),
+    limit: int | None = None,
+    give_up: GiveUpHook | None = None,
+    stop_timeout: float = 30.0,
+) -> AsyncIterator[Consumer]:
+    """Run a consumer for the body of the block; on exit, stop cleanly.
+
+    Connecting to direct nsqd addresses happens before the body starts, so a refused
+    address, a TLS or AUTH failure raises here. On exit, what the application did not
+    answer is requeued at once (within stop_timeout), then connections close.
+    """
+    consumer = Consumer(
+        topic,
+        channel,
+        config,
+        nsqd_tcp_addresses=nsqd_tcp_addresses,
+        lookupd_http_addresses=lookupd_http_addresses,
+        limit=limit,
+        give_up=give_up,
+    )
+    with single_errors():
+        async with trio.open_nursery() as nursery:
+            await consumer._start(nursery)
+            try:
+                yield consumer
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(stop_timeout):
+                    await consumer._shutdown()
+                nursery.cancel_scope.cancel()

@@ -1,0 +1,263 @@
+"""The consumer against real nsqd and nsqlookupd: draining, RDY, backoff, stops, limits.
+
+nsqd's own /stats (depth, in_flight_count, ready_count) is the judge of what the
+consumer did, not the consumer's counters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from nsqtools.config import ClientConfig
+from nsqtools.consumer import Consumer, open_consumer
+from nsqtools.errors import AuthError, ConnectError
+from nsqtools.protocol import Message
+from nsqtools.testing import Nsqd
+from tests.conftest import Cluster, LocalNsq
+
+TOPIC = "consumed"
+CHANNEL = "tests"
+
+
+def make_config(**settings: Any) -> ClientConfig:
+    return dataclasses.replace(ClientConfig(), **settings)
+
+
+def bodies(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}-{index}".encode() for index in range(count)]
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    """Poll a condition (often nsqd's /stats) from a thread until it holds."""
+    with trio.fail_after(timeout):
+        while not await trio.to_thread.run_sync(condition):
+            await trio.sleep(0.01)
+    assert condition(), what
+
+
+def channel(nsqd: Nsqd) -> dict[str, Any]:
+    return nsqd.channel_stats(TOPIC, CHANNEL)
+
+
+def drained(nsqd: Nsqd) -> bool:
+    stats = channel(nsqd)
+    return bool(stats["depth"] == 0 and stats["in_flight_count"] == 0)
+
+
+async def consume(consumer: Consumer, count: int) -> list[tuple[str, bytes]]:
+    """Take and FIN `count` messages; return (nsqd address, body) of each."""
+    seen: list[tuple[str, bytes]] = []
+    with trio.fail_after(20):
+        async for batch in consumer:
+            seen += [(batch.nsqd_address, message.body) for message in batch.messages]
+            batch.finish()
+            if len(seen) >= count:
+                break
+    return seen
+
+
+async def test_two_nsqds_behind_a_lookupd_are_both_drained(cluster2: Cluster) -> None:
+    for nsqd in cluster2.nsqds:
+        nsqd.publish_many(TOPIC, bodies(nsqd.name, 50))
+    config = make_config(max_in_flight=20)
+    lookupds = [cluster2.lookupd.http_address]
+    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+        seen = await consume(consumer, 100)
+    assert sorted(body for _, body in seen) == sorted(bodies("nsqd1", 50) + bodies("nsqd2", 50))
+    assert {address for address, _ in seen} == {nsqd.tcp_address for nsqd in cluster2.nsqds}
+    for nsqd in cluster2.nsqds:
+        await wait_for(functools.partial(drained, nsqd), f"{nsqd.name} drained")
+
+
+async def test_max_in_flight_one_drains_two_nsqds(cluster2: Cluster) -> None:
+    for nsqd in cluster2.nsqds:
+        nsqd.publish_many(TOPIC, bodies(nsqd.name, 5))
+    config = make_config(max_in_flight=1, low_rdy_idle_timeout=1.0, rdy_redistribute_interval=0.05)
+    lookupds = [cluster2.lookupd.http_address]
+    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+        seen = await consume(consumer, 10)
+    assert {address for address, _ in seen} == {nsqd.tcp_address for nsqd in cluster2.nsqds}
+    assert len(seen) == 10
+
+
+async def test_ready_never_exceeds_max_in_flight_in_total(cluster2: Cluster) -> None:
+    for nsqd in cluster2.nsqds:
+        nsqd.publish(TOPIC, b"x")
+    config = make_config(max_in_flight=7)
+    lookupds = [cluster2.lookupd.http_address]
+    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+        await consume(consumer, 2)  # after a message each, both connections have full shares
+
+        def ready_counts() -> list[int]:
+            return [channel(nsqd)["clients"][0]["ready_count"] for nsqd in cluster2.nsqds]
+
+        await wait_for(lambda: sorted(ready_counts()) == [3, 4], "RDY spread as 3 + 4")
+
+
+async def test_restart_of_a_direct_nsqd_resumes_consumption(nsqd: Nsqd) -> None:
+    published = bodies("restart", 40)
+    nsqd.publish_many(TOPIC, published)
+    config = make_config(max_in_flight=5)
+    async with open_consumer(
+        TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+    ) as consumer:
+        first = await consume(consumer, 10)
+        await trio.to_thread.run_sync(nsqd.restart)
+        rest = await consume(consumer, 40 - len(first))
+    assert {body for _, body in first + rest} == set(published)
+
+
+async def test_restart_behind_a_lookupd_resumes_consumption(cluster: Cluster) -> None:
+    published = bodies("lookup-restart", 40)
+    cluster.nsqd.publish_many(TOPIC, published)
+    config = make_config(max_in_flight=5, lookupd_poll_interval=0.1)
+    lookupds = [cluster.lookupd.http_address]
+    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+        first = await consume(consumer, 10)
+        await trio.to_thread.run_sync(cluster.nsqd.restart)
+        rest = await consume(consumer, 40 - len(first))
+    assert {body for _, body in first + rest} == set(published)
+
+
+async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies("backoff", 3))
+    config = make_config(max_in_flight=10, backoff_multiplier=0.5)
+
+    def ready() -> int:
+        clients = channel(nsqd)["clients"]
+        return int(clients[0]["ready_count"]) if clients else -1
+
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        batches = aiter(consumer)
+        batch = await anext(batches)
+        await wait_for(lambda: ready() == 10, "full RDY before the failure")
+        batch.requeue(delay=0)  # a failure: back off
+        await wait_for(lambda: ready() == 0, "RDY 0 during the backoff pause")
+        await wait_for(lambda: ready() == 1, "RDY 1 to test the water after the pause")
+        with trio.fail_after(10):
+            batch = await anext(batches)
+        batch.finish()  # a success: back to full speed
+        await wait_for(lambda: ready() == 10, "full RDY again after a success")
+
+
+async def test_max_attempts_gives_up_through_the_hook(nsqd: Nsqd) -> None:
+    nsqd.publish(TOPIC, b"poison")
+    given_up: list[Message] = []
+    config = make_config(max_attempts=2)
+    async with open_consumer(
+        TOPIC,
+        CHANNEL,
+        config,
+        nsqd_tcp_addresses=[nsqd.tcp_address],
+        give_up=given_up.append,
+    ) as consumer:
+        with trio.fail_after(10):
+            async for batch in consumer:
+                batch.requeue(delay=0, backoff=False)
+                if batch.messages[0].attempts == 2:
+                    break
+        await wait_for(lambda: bool(given_up), "the give-up hook to be called")
+    assert [(message.body, message.attempts) for message in given_up] == [(b"poison", 3)]
+    await wait_for(lambda: drained(nsqd), "the given-up message finished")
+
+
+async def test_stop_requeues_at_once_what_was_not_answered(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies("stop", 100))
+    config = make_config(max_in_flight=50)
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        batch = await anext(aiter(consumer))  # taken, never answered
+        assert batch.messages
+        await wait_for(lambda: channel(nsqd)["in_flight_count"] > 0, "messages in flight")
+    # nsqd's msg_timeout is 60s: a depth back at 100 within seconds means REQ 0 was sent.
+    await wait_for(lambda: channel(nsqd)["depth"] == 100, "depth back to 100", timeout=5)
+    assert channel(nsqd)["in_flight_count"] == 0
+
+
+async def test_limit_delivers_exactly_n_and_requeues_the_rest(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies("limit", 100))
+    config = make_config(max_in_flight=50)
+    address = [nsqd.tcp_address]
+    delivered: list[bytes] = []
+    async with open_consumer(
+        TOPIC, CHANNEL, config, nsqd_tcp_addresses=address, limit=5
+    ) as consumer:
+        with trio.fail_after(10):
+            async for batch in consumer:
+                delivered += [message.body for message in batch.messages]
+                batch.finish()
+    assert len(delivered) == 5
+    await wait_for(lambda: channel(nsqd)["depth"] == 95, "the other 95 back", timeout=5)
+    assert channel(nsqd)["in_flight_count"] == 0
+
+
+async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies("starve", 20))
+    config = make_config(max_in_flight=10)
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        held = []
+        with trio.fail_after(10):
+            async for batch in consumer:
+                held.append(batch)
+                if consumer.is_starved():
+                    break
+        assert sum(len(batch.messages) for batch in held) >= 9
+        for batch in held:
+            batch.finish()
+        assert not consumer.is_starved()
+
+
+async def test_a_refused_direct_address_fails_at_start(nsqd: Nsqd) -> None:
+    address = nsqd.tcp_address
+    nsqd.stop()
+    with pytest.raises(ConnectError, match=f"cannot connect to {address}"):
+        async with open_consumer(TOPIC, CHANNEL, make_config(), nsqd_tcp_addresses=[address]):
+            pass
+
+
+async def test_auth_denied_fails_at_start(auth_nsqd: Nsqd) -> None:
+    config = make_config(auth_secret="wrong")
+    with pytest.raises(AuthError, match="denied AUTH"):
+        async with open_consumer(
+            TOPIC, CHANNEL, config, nsqd_tcp_addresses=[auth_nsqd.tcp_address]
+        ):
+            pass
+
+
+async def test_auth_denied_behind_a_lookupd_ends_iteration_with_the_error(
+    local_nsq: LocalNsq,
+) -> None:
+    from nsqtools.testing.authd import AuthService
+
+    with AuthService({"good": "alice"}) as service:
+        lookupd = local_nsq.lookupd()
+        nsqd = local_nsq.nsqd("authed", lookupds=[lookupd], auth_http_address=service.address)
+        nsqd.publish(TOPIC, b"x")  # over HTTP, which AUTH does not guard
+        config = make_config(auth_secret="wrong", lookupd_poll_interval=0.1)
+        lookupds = [lookupd.http_address]
+        with pytest.raises(AuthError, match="denied AUTH"):
+            async with open_consumer(
+                TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds
+            ) as consumer:
+                with trio.fail_after(10):
+                    async for _ in consumer:
+                        pass
+
+
+def test_both_kinds_of_address_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        Consumer(
+            TOPIC,
+            CHANNEL,
+            make_config(),
+            nsqd_tcp_addresses=["a:1"],
+            lookupd_http_addresses=["b:2"],
+        )
