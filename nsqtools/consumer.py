@@ -193,13 +193,14 @@ class _Link:
         received (and, while stopping, requeued); nsqd sends nothing more."""
         if not self.cls_sent:
             self.cls_sent = True
-            with trio.move_on_after(CLOSE_WAIT_TIMEOUT):
-                try:
+            try:
+                with trio.move_on_after(CLOSE_WAIT_TIMEOUT):
                     if self.conn is not None:
                         await self.conn.request(cmd.CLS)
-                except (NsqError, ProtocolError):
-                    pass
-            self.subscription_closed.set()
+            except (NsqError, ProtocolError):
+                pass
+            finally:
+                self.subscription_closed.set()
         await self.subscription_closed.wait()
 
     def on_error(self, conn: Conn, frame: ErrorFrame) -> None:

@@ -222,6 +222,9 @@ class Conn:
         try:
             while True:
                 await self._writer_wakeup.wait()
+                # Let every task woken in this tick queue its commands first (the reader's
+                # RDY, the application's FINs), so they leave in one send.
+                await trio.lowlevel.checkpoint()
                 self._writer_wakeup = trio.Event()
                 data = b"".join(self._outgoing)
                 self._outgoing.clear()

@@ -1,0 +1,218 @@
+"""What every command shares at its edge: Go flag syntax, one-line errors, exit codes, logs.
+
+Go's flag package accepts `-flag=v`, `-flag v`, `--flag=v`, `--flag v`, `-bool`,
+`-bool=false`; click accepts some of these. GoFlagsCommand rewrites a command line into
+click's dialect before parsing, so an existing Go command line works unchanged.
+
+run() is every entry point: usage errors exit 2, runtime failures exit 1, each as one
+line on stderr; a traceback only with --debug (or NSQTOOLS_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from nsqtools import __version__
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_GO_FLAG = re.compile(r"--?([A-Za-z0-9][\w.-]*)(?:=(.*))?", re.DOTALL)
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+class GoFlagsCommand(click.Command):
+    """A click command that also accepts Go's flag syntax."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, go_flags_to_click(self, args))
+
+
+def _option_spellings(command: click.Command) -> dict[str, tuple[click.Option, str, bool]]:
+    """Flag name without dashes → (option, the spelling click knows, is the negative form)."""
+    spellings: dict[str, tuple[click.Option, str, bool]] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for opt in param.opts:
+                spellings[opt.lstrip("-")] = (param, opt, False)
+            for opt in param.secondary_opts:
+                spellings[opt.lstrip("-")] = (param, opt, True)
+    return spellings
+
+
+def go_flags_to_click(command: click.Command, args: Sequence[str]) -> list[str]:
+    """Rewrite Go-style flags into click's spelling; anything else passes unchanged."""
+    spellings = _option_spellings(command)
+    rewritten: list[str] = []
+    remaining = iter(args)
+    for arg in remaining:
+        if arg == "--":
+            rewritten += [arg, *remaining]
+            break
+        match = _GO_FLAG.fullmatch(arg)
+        if match is not None and match[1] in ("h", "help") and match[2] is None:
+            rewritten.append("--help")
+            continue
+        if match is None or match[1] not in spellings:
+            rewritten.append(arg)
+            continue
+        option, spelling, negative = spellings[match[1]]
+        value = match[2]
+        if option.is_flag and not option.count:
+            rewritten += _bool_spelling(option, spelling, negative, value)
+        elif value is None:
+            rewritten.append(spelling)
+        else:
+            rewritten += [spelling, value]
+    return rewritten
+
+
+def _bool_spelling(
+    option: click.Option, spelling: str, negative: bool, value: str | None
+) -> list[str]:
+    """`-gzip=false` → what click expects: the negative spelling, or nothing at all
+    when false is the flag's default."""
+    if value is None:
+        return [spelling]
+    if value not in _GO_TRUE | _GO_FALSE:
+        raise click.UsageError(f'invalid boolean value "{value}" for {spelling}')
+    wanted = (value in _GO_TRUE) != negative
+    if wanted:
+        return [option.opts[0]]
+    if option.secondary_opts:
+        return [option.secondary_opts[0]]
+    if not option.get_default(click.Context(click.Command(None))):
+        return []
+    raise click.UsageError(f"{option.opts[0]} cannot be set to false")
+
+
+def version_option(tool: str) -> Callable[[F], F]:
+    """`-version` / `--version`: prints `<tool> v<version>` like the Go tools."""
+    return click.version_option(
+        __version__,
+        "-version",
+        "--version",
+        message=f"{tool} v%(version)s",
+        help="Print the version and exit.",
+    )
+
+
+def debug_requested(argv: Sequence[str]) -> bool:
+    return "--debug" in argv or "-debug" in argv or os.environ.get("NSQTOOLS_DEBUG") == "1"
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    """End the command with one line on stderr."""
+    raise CommandFailed(message, code)
+
+
+class CommandFailed(Exception):
+    """A command ends with a message and an exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def run(command: click.Command, prog_name: str, argv: Sequence[str] | None = None) -> NoReturn:
+    """Run a command as a program: every error becomes one line and an exit status."""
+    from nsqtools.config import ConfigError
+    from nsqtools.errors import NsqError, single_errors
+    from nsqtools.protocol import ProtocolError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(args)
+    try:
+        with single_errors():
+            command.main(args=args, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(EXIT_INTERRUPTED)
+    except click.UsageError as error:
+        _print_error(prog_name, error.format_message(), debug)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as error:
+        _print_error(prog_name, error.format_message(), debug)
+        sys.exit(error.exit_code)
+    except CommandFailed as error:
+        _print_error(prog_name, str(error), debug)
+        sys.exit(error.code)
+    except (NsqError, ProtocolError, ConfigError, OSError) as error:
+        _print_error(prog_name, _describe(error), debug)
+        sys.exit(EXIT_FAILURE)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(0)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        return f"{error.filename}: {error.strerror.lower()}"
+    return str(error) or type(error).__name__
+
+
+def _print_error(prog_name: str, message: str, debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    first_line = message.strip().splitlines()[0] if message.strip() else "failed"
+    sys.stderr.write(f"{prog_name}: error: {first_line}\n")
+    sys.stderr.flush()
+
+
+# -- logs ------------------------------------------------------------------------------
+
+LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
+_PYTHON_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "fatal": logging.CRITICAL,
+}
+_GO_LEVEL_NAMES = {
+    logging.DEBUG: "DEBUG",
+    logging.INFO: "INFO",
+    logging.WARNING: "WARNING",
+    logging.ERROR: "ERROR",
+    logging.CRITICAL: "FATAL",
+}
+
+
+class _GoLogFormatter(logging.Formatter):
+    """`[nsq_tail] 2026/11/21 11:05:46.753854 INFO: message`, as NSQ's apps log."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        import time
+
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(record.created))
+        micros = int(record.created % 1 * 1_000_000)
+        level = _GO_LEVEL_NAMES.get(record.levelno, record.levelname)
+        return f"{self.prefix}{stamp}.{micros:06d} {level}: {record.getMessage()}"
+
+
+def configure_logging(level: str, prefix: str) -> None:
+    """Send nsqtools' logs to stderr at `level` with NSQ's line format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_GoLogFormatter(prefix))
+    root = logging.getLogger("nsqtools")
+    root.handlers[:] = [handler]
+    root.setLevel(_PYTHON_LEVELS[level])
+    root.propagate = False

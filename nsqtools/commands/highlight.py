@@ -1,0 +1,42 @@
+"""JSON bodies highlighted for a terminal (rich), one message per line, no markup.
+
+Bodies are untrusted: they are never interpreted as rich markup, only coloured by
+rich's JSON highlighter when they parse as JSON; anything else is printed as is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.highlighter import JSONHighlighter
+from rich.text import Text
+
+from nsqtools.protocol import Message
+
+_console = Console(force_terminal=True, highlight=False, markup=False, soft_wrap=True)
+_highlighter = JSONHighlighter()
+
+
+def highlighted_lines(messages: Sequence[Message], prefix: bytes = b"") -> bytes:
+    with _console.capture() as capture:
+        for message in messages:
+            _console.print(_line(message.body, prefix))
+    return capture.get().encode()
+
+
+def _line(body: bytes, prefix: bytes) -> Text:
+    text = body.decode("utf-8", "replace")
+    line = Text(prefix.decode("utf-8", "replace"), style="dim")
+    if text[:1] in ("{", "[") and _is_json(text):
+        return line + _highlighter(Text(text))
+    return line + Text(text)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,211 @@
+"""Options every command shares, defined once, and the settings they build.
+
+Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_LOOKUPD_HTTP_ADDRESS), the go-nsq
+`--consumer-opt`/`--producer-opt` passthrough, first-class TLS, compression and AUTH
+options (the secret also from NSQ_AUTH_SECRET or a file, so it never shows in `ps`),
+and logging. First-class options win over the passthrough, which wins over defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from nsqtools import __version__
+from nsqtools.commands.front import LOG_LEVELS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class GoDuration(click.ParamType[float]):
+    """A duration in Go syntax (500ms, 2s, 1m30s, 1.5h), as float seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        from nsqtools.durations import DurationError, parse_duration
+
+        try:
+            return parse_duration(value)
+        except DurationError as error:
+            self.fail(str(error), param, ctx)
+
+
+DURATION = GoDuration()
+
+
+def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
+    return _stack(
+        click.option(
+            "--nsqd-tcp-address",
+            "nsqd_tcp_addresses",
+            multiple=True,
+            envvar="NSQ_NSQD_TCP_ADDRESS",
+            metavar="HOST:PORT",
+            help=nsqd_help,
+        ),
+        click.option(
+            "--lookupd-http-address",
+            "lookupd_http_addresses",
+            multiple=True,
+            envvar="NSQ_LOOKUPD_HTTP_ADDRESS",
+            metavar="HOST:PORT",
+            help=lookupd_help,
+        ),
+    )
+
+
+def connection_options(passthrough: str) -> Callable[[F], F]:
+    """TLS, compression and AUTH, plus the go-nsq passthrough named `passthrough`
+    ("consumer-opt" or "producer-opt")."""
+    return _stack(
+        click.option(
+            f"--{passthrough}",
+            "client_options",
+            multiple=True,
+            metavar="KEY,VALUE",
+            help="go-nsq option to pass through (may be given multiple times), e.g. "
+            "max_attempts,10 or snappy (a bare key means true).",
+        ),
+        click.option("--tls", "tls_v1", is_flag=True, default=None, help="Connect with TLS."),
+        click.option(
+            "--tls-root-ca-file", metavar="FILE", help="CA file to verify nsqd with (enables TLS)."
+        ),
+        click.option(
+            "--tls-cert", metavar="FILE", help="Client certificate for TLS (enables TLS)."
+        ),
+        click.option("--tls-key", metavar="FILE", help="Client key for TLS."),
+        click.option(
+            "--tls-insecure-skip-verify",
+            is_flag=True,
+            default=None,
+            help="Do not verify nsqd's certificate (enables TLS).",
+        ),
+        click.option(
+            "--tls-min-version",
+            type=click.Choice(["tls1.0", "tls1.1", "tls1.2", "tls1.3"]),
+            help="Lowest TLS version to accept.",
+        ),
+        click.option("--snappy", is_flag=True, default=None, help="Compress with snappy."),
+        click.option("--deflate", is_flag=True, default=None, help="Compress with deflate."),
+        click.option("--deflate-level", type=click.IntRange(1, 9), help="Deflate level (1..9)."),
+        click.option(
+            "--auth-secret",
+            envvar="NSQ_AUTH_SECRET",
+            metavar="SECRET",
+            help="Secret for nsqd's AUTH (better: NSQ_AUTH_SECRET or --auth-secret-file).",
+        ),
+        click.option(
+            "--auth-secret-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Read the AUTH secret from this file (first line).",
+        ),
+    )
+
+
+def logging_options(tool: str) -> Callable[[F], F]:
+    return _stack(
+        click.option(
+            "--log-level",
+            type=click.Choice(LOG_LEVELS),
+            default="info",
+            show_default=True,
+            help="Log level.",
+        ),
+        click.option(
+            "--log-prefix", default=f"[{tool}] ", show_default=True, help="Log line prefix."
+        ),
+        click.option(
+            "--no-color", is_flag=True, envvar="NO_COLOR", help="No colors, even on a terminal."
+        ),
+        click.option("--debug", is_flag=True, hidden=True, help="Show tracebacks."),
+    )
+
+
+def build_config(tool: str, options: dict[str, Any], **fixed: Any) -> Any:
+    """ClientConfig from defaults, then the passthrough, then first-class options.
+
+    Returns nsqtools.config.ClientConfig (imported here so --help stays fast).
+    """
+    from nsqtools.config import ClientConfig, ConfigError
+
+    config = ClientConfig(user_agent=f"{tool}/{__version__} nsqtools/{__version__}")
+    try:
+        for pair in options.get("client_options") or ():
+            key, comma, value = pair.partition(",")
+            config.set(key, value if comma else None)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    overrides = _first_class_settings(options) | fixed
+    config = dataclasses.replace(config, **overrides)
+    try:
+        config.validate()
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    return config
+
+
+def _first_class_settings(options: dict[str, Any]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for name in ("tls_root_ca_file", "tls_cert", "tls_key", "tls_min_version", "deflate_level"):
+        if options.get(name) is not None:
+            settings[name] = options[name]
+    for name in ("tls_v1", "tls_insecure_skip_verify", "snappy", "deflate"):
+        if options.get(name):
+            settings[name] = True
+    if any(
+        options.get(name) for name in ("tls_root_ca_file", "tls_cert", "tls_insecure_skip_verify")
+    ):
+        settings["tls_v1"] = True
+    secret = _auth_secret(options)
+    if secret:
+        settings["auth_secret"] = secret
+    return settings
+
+
+def _auth_secret(options: dict[str, Any]) -> str:
+    path: Path | None = options.get("auth_secret_file")
+    if path is None:
+        return str(options.get("auth_secret") or "")
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as error:
+        raise click.UsageError(f"cannot read --auth-secret-file {path}: {error.strerror}") from None
+    return lines[0].strip() if lines else ""
+
+
+def check_one_address_kind(nsqd: Sequence[str], lookupd: Sequence[str]) -> None:
+    """Consumers take nsqd addresses or lookupd addresses: exactly one kind."""
+    if nsqd and lookupd:
+        raise click.UsageError("use --nsqd-tcp-address or --lookupd-http-address, not both")
+    if not nsqd and not lookupd:
+        raise click.UsageError("--nsqd-tcp-address or --lookupd-http-address is required")
+
+
+def check_addresses(addresses: Sequence[str], option: str) -> None:
+    from nsqtools.addresses import AddressError, split_address
+
+    for address in addresses:
+        if "://" in address and option == "--lookupd-http-address":
+            continue  # go-nsq takes a URL for lookupd
+        try:
+            split_address(address)
+        except AddressError as error:
+            raise click.UsageError(f"{option}: {error}") from None

@@ -1,0 +1,121 @@
+"""How messages become output lines: raw bodies, a JSON-lines envelope, or a template.
+
+Pure functions over a batch of messages, returning the bytes to write in one call.
+raw is byte-identical to the Go nsq_tail (`body\\n`, or `topic | body\\n` with
+--print-topic). The JSON envelope carries what downstream jobs need to deduplicate
+and decode: id, timestamp (ISO-8601 and nanoseconds), attempts, topic, channel, nsqd
+address, and the body as text, or as base64 when it is not UTF-8 (`encoding` says which).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nsqtools.protocol import Message
+
+TEMPLATE_FIELDS = {
+    "id": "message id",
+    "ts": "nsqd's timestamp, ISO-8601 in UTC",
+    "epoch": "nsqd's timestamp, seconds since the epoch",
+    "timestamp_ns": "nsqd's timestamp, nanoseconds since the epoch",
+    "attempts": "delivery attempts",
+    "topic": "topic",
+    "channel": "channel",
+    "nsqd": "address of the nsqd that delivered it",
+    "body": "body as text (invalid UTF-8 replaced)",
+}
+
+
+class FormatError(ValueError):
+    """A template that names an unknown field or does not parse."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a batch of messages came from."""
+
+    topic: str
+    channel: str
+    nsqd: str
+
+
+def iso_timestamp(nanoseconds: int) -> str:
+    """ISO-8601 in UTC with nanoseconds: 2026-11-21T11:05:46.753854123Z."""
+    seconds, fraction = divmod(nanoseconds, 1_000_000_000)
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{fraction:09d}Z"
+
+
+def raw_lines(messages: Sequence[Message], prefix: bytes = b"") -> bytes:
+    """`body\\n` per message, each after `prefix` (b"topic | " for --print-topic)."""
+    if prefix:
+        return b"".join([prefix + message.body + b"\n" for message in messages])
+    return b"\n".join([message.body for message in messages]) + b"\n"
+
+
+def json_lines(messages: Sequence[Message], origin: Origin) -> bytes:
+    return "".join(
+        json.dumps(envelope(message, origin), ensure_ascii=False) + "\n" for message in messages
+    ).encode()
+
+
+def envelope(message: Message, origin: Origin) -> dict[str, object]:
+    try:
+        body, encoding = message.body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
+    return {
+        "id": message.id.decode("ascii", "replace"),
+        "timestamp": iso_timestamp(message.timestamp),
+        "timestamp_ns": message.timestamp,
+        "attempts": message.attempts,
+        "topic": origin.topic,
+        "channel": origin.channel,
+        "nsqd": origin.nsqd,
+        "body": body,
+        "encoding": encoding,
+    }
+
+
+class Template:
+    """A str.format template over TEMPLATE_FIELDS, e.g. "{ts} {topic} {body}"."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+        except ValueError as error:
+            raise FormatError(f"invalid template {text!r}: {error}") from error
+        unknown = sorted(names - TEMPLATE_FIELDS.keys())
+        if unknown:
+            known = ", ".join(TEMPLATE_FIELDS)
+            raise FormatError(f"unknown template field {{{unknown[0]}}}; known fields: {known}")
+        self.names = names
+        sample = Message(b"0" * 16, 0, 1, b"")
+        try:
+            self.lines([sample], Origin("topic", "channel", "127.0.0.1:4150"))
+        except (ValueError, TypeError) as error:
+            raise FormatError(f"invalid template {text!r}: {error}") from error
+
+    def lines(self, messages: Sequence[Message], origin: Origin) -> bytes:
+        return "".join(
+            self.text.format_map(self._fields(message, origin)) + "\n" for message in messages
+        ).encode()
+
+    def _fields(self, message: Message, origin: Origin) -> dict[str, object]:
+        return {
+            "id": message.id.decode("ascii", "replace"),
+            "ts": iso_timestamp(message.timestamp),
+            "epoch": f"{message.timestamp / 1e9:.6f}",
+            "timestamp_ns": message.timestamp,
+            "attempts": message.attempts,
+            "topic": origin.topic,
+            "channel": origin.channel,
+            "nsqd": origin.nsqd,
+            "body": message.body.decode("utf-8", "replace"),
+        }

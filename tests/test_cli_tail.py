@@ -1,0 +1,273 @@
+"""nsq_tail run as a user runs it: installed command, real nsqd, stdout/stderr/exit status.
+
+Side by side with the Go nsq_tail where the behaviour is the reference's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
+from tests.conftest import AUTH_SECRETS, Cluster
+
+TOOL = str(Path(sys.executable).parent / "nsq_tail")
+TOPIC = "cli"
+
+
+def nsq_tail(
+    *args: str, timeout: float = 30, **kwargs: object
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [TOOL, *args],
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def go_nsq_tail(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(find_binary("nsq_tail")), *args], capture_output=True, timeout=30, check=False
+    )
+
+
+def create_channels(nsqd: Nsqd, topic: str, *channels: str) -> None:
+    base = f"http://{nsqd.http_address}"
+    httpx.post(f"{base}/topic/create", params={"topic": topic}).raise_for_status()
+    for channel in channels:
+        httpx.post(
+            f"{base}/channel/create", params={"topic": topic, "channel": channel}
+        ).raise_for_status()
+
+
+def channel_counts(nsqd: Nsqd, topic: str, channel: str) -> tuple[int, int]:
+    stats = nsqd.channel_stats(topic, channel)
+    return stats["depth"], stats["in_flight_count"]
+
+
+def test_raw_output_is_byte_identical_to_go(nsqd: Nsqd) -> None:
+    create_channels(nsqd, TOPIC, "go", "ours")
+    bodies = [b"plain", b'{"json": true}', "ünïcode".encode(), b"\xff\xfe binary", b"tab\there"]
+    for body in bodies:
+        nsqd.publish(TOPIC, body)
+    common = [f"-nsqd-tcp-address={nsqd.tcp_address}", f"-topic={TOPIC}", "-n", str(len(bodies))]
+    go = go_nsq_tail(*common, "-channel=go", "-print-topic")
+    ours = nsq_tail(*common, "-channel=ours", "-print-topic")
+    assert go.returncode == ours.returncode == 0
+    assert ours.stdout == go.stdout
+    assert ours.stdout.startswith(b"cli | plain\n")
+
+
+def test_go_command_line_spellings_all_parse(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, [b"1", b"2", b"3"])
+    result = nsq_tail(
+        "--nsqd-tcp-address", nsqd.tcp_address,
+        "-topic", TOPIC,
+        "--channel=spell",
+        "-n=3",
+        "-max-in-flight", "10",
+        "-print-topic=false",
+        "--consumer-opt=max_attempts,10",
+        "-consumer-opt", "heartbeat_interval,5s",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"1\n2\n3\n"
+
+
+def test_n_is_exact_across_topics_and_the_rest_goes_back_at_once(nsqd: Nsqd) -> None:
+    for topic in ("left", "right"):
+        nsqd.publish_many(topic, [f"{topic}-{index}".encode() for index in range(20)])
+    result = nsq_tail(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=left", "--topic=right",
+        "--channel=exact", "-n", "25",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 25
+    left, right = channel_counts(nsqd, "left", "exact"), channel_counts(nsqd, "right", "exact")
+    # nsqd's msg_timeout is 60s: all 15 back and nothing in flight means REQ 0 was sent.
+    assert left[0] + right[0] == 15
+    assert left[1] == right[1] == 0
+
+
+def test_a_closed_pipe_ends_quietly_and_requeues(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, [b"line %d" % index for index in range(5000)])
+    shell = f"{TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} --channel=pipe | head -2"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", shell], capture_output=True, timeout=30, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 2
+    assert b"Traceback" not in result.stderr and b"Error" not in result.stderr
+    depth, in_flight = channel_counts(nsqd, TOPIC, "pipe")
+    assert in_flight == 0
+    assert depth > 0  # what was not written went back
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_cleanly_losing_nothing(nsqd: Nsqd, signum: signal.Signals) -> None:
+    nsqd.publish_many(TOPIC, [b"%d" % index for index in range(50)])
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=sig",
+         "--max-in-flight=5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    printed = [process.stdout.readline() for _ in range(50)]
+    assert all(printed)
+    wait_until(lambda: channel_counts(nsqd, TOPIC, "sig")[1] == 0, 10, "all 50 answered")
+    nsqd.publish_many(TOPIC, [b"later"])
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=15)
+    assert process.returncode == 0, stderr
+    depth, in_flight = channel_counts(nsqd, TOPIC, "sig")
+    assert in_flight == 0
+    assert depth + len(stdout.splitlines()) == 1  # "later" printed, or back in the channel
+
+
+def test_json_format_envelope(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, [b'{"a": 1}', b"\xffnot utf-8"])
+    result = nsq_tail(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=j",
+        "-n", "2", "--format", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert (first["body"], first["encoding"]) == ('{"a": 1}', "utf-8")
+    assert (second["body"], second["encoding"]) == ("/25vdCB1dGYtOA==", "base64")
+    assert first["topic"] == TOPIC and first["channel"] == "j"
+    assert first["nsqd"] == nsqd.tcp_address
+    assert first["attempts"] == 1 and len(first["id"]) == 16
+    assert first["timestamp"].endswith("Z") and first["timestamp_ns"] > 0
+
+
+def test_template_format(nsqd: Nsqd) -> None:
+    nsqd.publish(TOPIC, b"hello")
+    result = nsq_tail(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=t", "-n", "1",
+        "--format", "{topic}/{channel} {attempts} {body}",
+    )  # fmt: skip
+    assert result.stdout == b"cli/t 1 hello\n"
+
+
+def test_through_lookupd(cluster: Cluster) -> None:
+    cluster.nsqd.publish_many(TOPIC, [b"found"])
+    result = nsq_tail(
+        f"--lookupd-http-address={cluster.lookupd.http_address}", f"--topic={TOPIC}", "-n", "1"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"found\n"
+
+
+def test_tls_snappy_deflate_from_the_command_line(tls_nsqd: Nsqd, tls_files: TlsFiles) -> None:
+    create_channels(tls_nsqd, TOPIC, "c0", "c1", "c2")
+    tls_nsqd.publish(TOPIC, b"a")
+    base = [f"--nsqd-tcp-address={tls_nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "1"]
+    for index, extra in enumerate((["--snappy"], ["--deflate", "--deflate-level=9"], [])):
+        result = nsq_tail(
+            *base, f"--channel=c{index}", f"--tls-root-ca-file={tls_files.ca}", *extra
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == b"a\n"
+
+
+def test_auth_from_the_environment_and_from_a_file(auth_nsqd: Nsqd, tmp_path: Path) -> None:
+    (secret, _) = next(iter(AUTH_SECRETS.items()))
+    create_channels(auth_nsqd, TOPIC, "env", "file")
+    auth_nsqd.publish(TOPIC, b"secret stuff")
+    base = [f"--nsqd-tcp-address={auth_nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "1"]
+    env = {**os.environ, "NSQ_AUTH_SECRET": secret}
+    assert nsq_tail(*base, "--channel=env", env=env).stdout == b"secret stuff\n"
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(secret + "\n")
+    assert (
+        nsq_tail(*base, "--channel=file", f"--auth-secret-file={secret_file}").stdout
+        == b"secret stuff\n"
+    )
+
+
+def test_auth_denied_is_one_line_and_exit_1(auth_nsqd: Nsqd) -> None:
+    result = nsq_tail(
+        f"--nsqd-tcp-address={auth_nsqd.tcp_address}", f"--topic={TOPIC}", "--auth-secret=nope"
+    )
+    assert result.returncode == 1
+    assert result.stderr.decode().strip().splitlines()[-1].startswith("nsq_tail: error: ")
+    assert b"denied AUTH" in result.stderr
+
+
+def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None:
+    result = nsq_tail(f"--nsqd-tcp-address={tls_nsqd.tcp_address}", f"--topic={TOPIC}", "--tls")
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"nsq_tail: error: TLS handshake with {tls_nsqd.tcp_address} failed: certificate verify "
+        "failed: unable to get local issuer certificate"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--nsqd-tcp-address=127.0.0.1:4150"], 2, "--topic required"),
+        (["--topic=t"], 2, "--nsqd-tcp-address or --lookupd-http-address is required"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--lookupd-http-address=b:2"], 2, "not both"),
+        (["--topic=bad topic", "--nsqd-tcp-address=a:1"], 2, "invalid topic name 'bad topic'"),
+        (
+            ["--topic=t", "--channel=" + "c" * 65, "--nsqd-tcp-address=a:1"],
+            2,
+            "invalid channel name",
+        ),
+        (["--topic=t", "--nsqd-tcp-address=nope"], 2, "expected host:port"),
+        (
+            ["--topic=t", "--nsqd-tcp-address=a:1", "--consumer-opt=read_timeout,10"],
+            2,
+            "missing unit",
+        ),
+        (
+            ["--topic=t", "--nsqd-tcp-address=a:1", "--consumer-opt=max_inflight,5"],
+            2,
+            "unknown option",
+        ),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--no-such-flag"], 2, "No such option"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "-n", "-3"], 2, "-n"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "-print-topic=maybe"], 2, "invalid boolean value"),
+        (
+            ["--topic=t", "--nsqd-tcp-address=a:1", "--format={nope}"],
+            2,
+            "unknown template field {nope}",
+        ),
+        (
+            ["--topic=t", "--nsqd-tcp-address=a:1", "--tls-root-ca-file=/no/such/ca.pem"],
+            2,
+            "/no/such/ca.pem",
+        ),
+        (
+            ["--topic=t", "--nsqd-tcp-address=127.0.0.1:1"],
+            1,
+            "cannot connect to 127.0.0.1:1: connection refused",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_the_right_exit(args: list[str], code: int, message: str) -> None:
+    result = nsq_tail(*args)
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == code, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("nsq_tail: error: ")
+    assert message in lines[0]
+    assert result.stdout == b""
+
+
+def test_version() -> None:
+    for flag in ("-version", "--version"):
+        result = nsq_tail(flag)
+        assert result.returncode == 0
+        assert result.stdout.decode().startswith("nsq_tail v")
