@@ -22,16 +22,8 @@ TOOL = str(Path(sys.executable).parent / "nsq_tail")
 TOPIC = "cli"
 
 
-def nsq_tail(
-    *args: str, timeout: float = 30, **kwargs: object
-) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [TOOL, *args],
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-        **kwargs,  # type: ignore[call-overload]
-    )
+def nsq_tail(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([TOOL, *args], capture_output=True, timeout=30, check=False, env=env)
 
 
 def go_nsq_tail(*args: str) -> subprocess.CompletedProcess[bytes]:
