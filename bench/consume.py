@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import trio
 
 from nsqtools.config import ClientConfig
@@ -34,22 +33,13 @@ from nsqtools.testing import Nsqd, find_binary
 
 TOPIC = "bench"
 BODY_SIZE = 100
-PUBLISH_CHUNK = 20_000  # messages per HTTP /mpub (2 MB, under nsqd's 5 MB body limit)
 
 
 def fill(nsqd: Nsqd, channels: list[str], count: int) -> None:
     """Create the channels first so each gets its own copy, then publish `count` messages."""
-    base = f"http://{nsqd.http_address}"
-    httpx.post(f"{base}/topic/create", params={"topic": TOPIC}).raise_for_status()
-    for channel in channels:
-        httpx.post(
-            f"{base}/channel/create",
-            params={"topic": TOPIC, "channel": channel},
-        ).raise_for_status()
-    body = b"x" * (BODY_SIZE - 8)
-    for start in range(0, count, PUBLISH_CHUNK):
-        end = min(start + PUBLISH_CHUNK, count)
-        nsqd.publish_many(TOPIC, (b"%08d" % index + body for index in range(start, end)))
+    nsqd.create_channels(TOPIC, *channels)
+    padding = b"x" * (BODY_SIZE - 8)
+    nsqd.publish_many(TOPIC, (b"%08d" % index + padding for index in range(count)))
 
 
 def run_go(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
@@ -143,7 +133,7 @@ def main() -> None:
                     )
                     rates[name].append(args.messages / elapsed)
                     print(f"run {run + 1} {name:>4}: {args.messages / elapsed:>11,.0f} msg/s")
-                httpx.post(f"http://{nsqd.http_address}/topic/delete", params={"topic": TOPIC})
+                nsqd.delete_topic(TOPIC)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     print(
         f"medians over {args.runs} runs of {args.messages:,} messages, max_in_flight "

@@ -23,10 +23,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Self
 
-import httpx
 import trio
 
-from nsqtools import discovery, flow
+from nsqtools import flow
 from nsqtools.config import ClientConfig
 from nsqtools.errors import (
     AuthError,
@@ -308,8 +307,8 @@ class Consumer:
         self.delivered += len(messages)
         self._queue.append(batch)
         self._wakeup.set()
-        if self.limit is not None:
-            self._rebalance()  # RDY shrinks toward the limit, and is 0 once it is reached
+        if self.limit is not None and self.limit - self.delivered < self.config.max_in_flight:
+            self._rebalance()  # near the limit RDY shrinks toward it, and is 0 once reached
 
     def _give_up_exhausted(
         self, link: _Link, messages: list[Message], max_attempts: int
@@ -486,6 +485,12 @@ class Consumer:
             self._rebalance()
 
     async def _discover(self) -> None:
+        # Imported here: httpx (and the rich it pulls in) costs ~100ms at start-up, and
+        # consumers of direct nsqd addresses never need it.
+        import httpx
+
+        from nsqtools import discovery
+
         config = self.config
         async with httpx.AsyncClient(timeout=config.lookupd_poll_timeout) as client:
             while not self._stopping:

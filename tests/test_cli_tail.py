@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
@@ -32,22 +31,13 @@ def go_nsq_tail(*args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
-def create_channels(nsqd: Nsqd, topic: str, *channels: str) -> None:
-    base = f"http://{nsqd.http_address}"
-    httpx.post(f"{base}/topic/create", params={"topic": topic}).raise_for_status()
-    for channel in channels:
-        httpx.post(
-            f"{base}/channel/create", params={"topic": topic, "channel": channel}
-        ).raise_for_status()
-
-
 def channel_counts(nsqd: Nsqd, topic: str, channel: str) -> tuple[int, int]:
     stats = nsqd.channel_stats(topic, channel)
     return stats["depth"], stats["in_flight_count"]
 
 
 def test_raw_output_is_byte_identical_to_go(nsqd: Nsqd) -> None:
-    create_channels(nsqd, TOPIC, "go", "ours")
+    nsqd.create_channels(TOPIC, "go", "ours")
     bodies = [b"plain", b'{"json": true}', "ünïcode".encode(), b"\xff\xfe binary", b"tab\there"]
     for body in bodies:
         nsqd.publish(TOPIC, body)
@@ -161,7 +151,7 @@ def test_through_lookupd(cluster: Cluster) -> None:
 
 
 def test_tls_snappy_deflate_from_the_command_line(tls_nsqd: Nsqd, tls_files: TlsFiles) -> None:
-    create_channels(tls_nsqd, TOPIC, "c0", "c1", "c2")
+    tls_nsqd.create_channels(TOPIC, "c0", "c1", "c2")
     tls_nsqd.publish(TOPIC, b"a")
     base = [f"--nsqd-tcp-address={tls_nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "1"]
     for index, extra in enumerate((["--snappy"], ["--deflate", "--deflate-level=9"], [])):
@@ -174,7 +164,7 @@ def test_tls_snappy_deflate_from_the_command_line(tls_nsqd: Nsqd, tls_files: Tls
 
 def test_auth_from_the_environment_and_from_a_file(auth_nsqd: Nsqd, tmp_path: Path) -> None:
     (secret, _) = next(iter(AUTH_SECRETS.items()))
-    create_channels(auth_nsqd, TOPIC, "env", "file")
+    auth_nsqd.create_channels(TOPIC, "env", "file")
     auth_nsqd.publish(TOPIC, b"secret stuff")
     base = [f"--nsqd-tcp-address={auth_nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "1"]
     env = {**os.environ, "NSQ_AUTH_SECRET": secret}

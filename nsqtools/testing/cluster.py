@@ -332,8 +332,18 @@ class Nsqd(NsqProcess):
         )
         response.raise_for_status()
 
-    def publish_many(self, topic: str, bodies: Iterable[bytes]) -> None:
-        """Publish newline-free bodies in one HTTP /mpub."""
+    def publish_many(self, topic: str, bodies: Iterable[bytes], chunk: int = 20_000) -> None:
+        """Publish newline-free bodies over HTTP /mpub, `chunk` messages per request."""
+        batch: list[bytes] = []
+        for body in bodies:
+            batch.append(body)
+            if len(batch) == chunk:
+                self._mpub(topic, batch)
+                batch = []
+        if batch:
+            self._mpub(topic, batch)
+
+    def _mpub(self, topic: str, bodies: list[bytes]) -> None:
         response = httpx.post(
             f"http://{self.http_address}/mpub",
             params={"topic": topic},
@@ -341,6 +351,17 @@ class Nsqd(NsqProcess):
             timeout=30.0,
         )
         response.raise_for_status()
+
+    def create_channels(self, topic: str, *channels: str) -> None:
+        """Create the topic and channels now, so each channel gets every later message."""
+        base = f"http://{self.http_address}"
+        httpx.post(f"{base}/topic/create", params={"topic": topic}).raise_for_status()
+        for channel in channels:
+            params = {"topic": topic, "channel": channel}
+            httpx.post(f"{base}/channel/create", params=params).raise_for_status()
+
+    def delete_topic(self, topic: str) -> None:
+        httpx.post(f"http://{self.http_address}/topic/delete", params={"topic": topic})
 
     def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
         """One channel's /stats entry (depth, in_flight_count, clients with ready_count...)."""
