@@ -340,3 +340,12 @@ def test_non_finite_delay_is_a_local_protocol_error(delay: float) -> None:
         commands.req(ID, delay)
     with pytest.raises(LocalProtocolError):
         commands.req_many([ID], delay)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=64), min_size=1, max_size=50))
+def test_mpub_with_precomputed_sizes_is_the_same_bytes(bodies: list[bytes]) -> None:
+    expected = b"".join(struct.pack(">I", len(body)) + body for body in bodies)
+    expected = struct.pack(">I", len(bodies)) + expected
+    encoded = commands.mpub("t", bodies, [len(body) for body in bodies])
+    assert encoded == b"MPUB t\n" + struct.pack(">I", len(expected)) + expected
+    assert encoded == commands.mpub("t", bodies)

@@ -1,0 +1,479 @@
+"""The Producer against real nsqd: every publish path, order, limits, modes and failures.
+
+The evidence is what nsqd reports (topic depth, a channel's deferred count) and what a
+real consumer (the Go nsq_tail) receives, not only our own counters. The encoders and
+the host-selection policies are pure, tested without sockets, with the time passed in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsqtools.errors import ConnectError, NsqErrorResponse
+from nsqtools.producer import (
+    MODES,
+    EpsilonGreedy,
+    HostPool,
+    Producer,
+    RoundRobin,
+    cut_points,
+)
+from nsqtools.protocol import LocalProtocolError
+from nsqtools.testing import Nsqd, run_go_tool
+from tests.conftest import Cluster, LocalNsq
+
+TOPIC = "producer"
+
+
+def tail(nsqd: Nsqd, count: int, topic: str = TOPIC) -> list[bytes]:
+    """The first `count` bodies a real consumer (Go's nsq_tail) receives, in order."""
+    args = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}", f"-n={count}"]
+    result = run_go_tool("nsq_tail", args, timeout=30)
+    assert result.returncode == 0, result.stderr.decode()
+    lines: list[bytes] = result.stdout.splitlines()
+    return lines
+
+
+def numbered(count: int) -> list[bytes]:
+    return [b"%06d" % index for index in range(count)]
+
+
+def outcomes(producer: Producer) -> tuple[int, int, dict[str, int]]:
+    return producer.acknowledged, producer.failed, dict(producer.failure_reasons)
+
+
+def channel_stats(nsqd: Nsqd, topic: str, channel: str) -> dict[str, Any]:
+    (topic_stats,) = nsqd.stats(topic=topic, channel=channel)["topics"]
+    (stats,) = topic_stats["channels"]
+    result: dict[str, Any] = stats
+    return result
+
+
+# -- the awaited calls ------------------------------------------------------------------
+
+
+async def test_publish_arrives(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish(TOPIC, b"hello")
+    assert nsqd.topic_depth(TOPIC) == 1
+    assert tail(nsqd, 1) == [b"hello"]
+    assert outcomes(producer) == (1, 0, {})
+
+
+async def test_publish_many_arrives_in_order(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish_many(TOPIC, numbered(1000))
+    assert tail(nsqd, 1000) == numbered(1000)
+    assert outcomes(producer) == (1000, 0, {})
+
+
+async def test_publish_many_of_nothing_sends_nothing(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish_many(TOPIC, [])
+    assert nsqd.stats()["topics"] == []
+    assert outcomes(producer) == (0, 0, {})
+
+
+async def test_publish_deferred_is_held_back_by_nsqd(nsqd: Nsqd) -> None:
+    for path, params in (
+        ("topic", {"topic": TOPIC}),
+        ("channel", {"topic": TOPIC, "channel": "held"}),
+    ):
+        response = httpx.post(f"http://{nsqd.http_address}/{path}/create", params=params)
+        response.raise_for_status()
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish_deferred(TOPIC, b"later", 3600)
+    stats = channel_stats(nsqd, TOPIC, "held")
+    assert (stats["deferred_count"], stats["depth"]) == (1, 0)
+
+
+async def test_a_deferral_over_nsqds_limit_is_its_error_answer(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        with pytest.raises(NsqErrorResponse) as raised:
+            await producer.publish_deferred(TOPIC, b"too late", 2 * 3600)
+    assert raised.value.code == "E_INVALID"
+    assert str(raised.value).startswith(f"{nsqd.tcp_address}: E_INVALID")
+
+
+async def test_many_publishes_in_flight_keep_their_order(nsqd: Nsqd) -> None:
+    """2000 tasks publish at once; each body is numbered when its call is made."""
+    sequence = itertools.count()
+    pending_seen: list[int] = []
+    async with Producer(nsqd.tcp_address) as producer:
+
+        async def publish_next() -> None:
+            pending_seen.append(producer.pending)
+            await producer.publish(TOPIC, b"%06d" % next(sequence))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(2000):
+                nursery.start_soon(publish_next)
+    assert max(pending_seen) > 1000  # many PUBs were waiting for answers at once
+    assert tail(nsqd, 2000) == numbered(2000)
+    assert outcomes(producer) == (2000, 0, {})
+
+
+async def test_an_error_answer_is_raised_and_the_next_publish_dials_again(
+    local_nsq: LocalNsq,
+) -> None:
+    nsqd = local_nsq.nsqd("small", extra_args=["--max-msg-size=1024"])
+    async with Producer(nsqd.tcp_address) as producer:
+        with pytest.raises(NsqErrorResponse, match=r"E_BAD_MESSAGE PUB message too big 2000"):
+            await producer.publish(TOPIC, b"x" * 2000)
+        await producer.publish(TOPIC, b"fits")  # nsqd closed the first connection
+    assert nsqd.topic_depth(TOPIC) == 1
+    assert producer.failed == 1
+
+
+async def test_a_bad_topic_name_is_refused_before_sending(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        with pytest.raises(LocalProtocolError, match="topic"):
+            await producer.publish("bad!topic", b"x")
+        with pytest.raises(LocalProtocolError, match="topic"):
+            await producer.put("bad!topic", b"x")
+    assert nsqd.stats()["topics"] == []
+
+
+# -- limits -----------------------------------------------------------------------------
+
+
+async def test_mpubs_over_nsqds_body_limit_are_split(local_nsq: LocalNsq) -> None:
+    nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=4096"])
+    alone = b"y" * 4090  # fits nsqd's message limit, but no MPUB body: sent as PUB
+    bodies = [*numbered(500), alone, *numbered(500)]
+    async with Producer(nsqd.tcp_address, max_body_size=4096) as producer:
+        await producer.publish_many(TOPIC, bodies)
+        for body in bodies:
+            await producer.put(TOPIC, body)
+    assert tail(nsqd, 2 * len(bodies)) == bodies + bodies
+    assert outcomes(producer) == (2 * len(bodies), 0, {})
+
+
+async def test_nsqd_does_refuse_an_mpub_over_its_body_limit(local_nsq: LocalNsq) -> None:
+    """The limit the split above respects is real: told a bigger one, we get E_BAD_BODY."""
+    nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=4096"])
+    async with Producer(nsqd.tcp_address) as producer:
+        with pytest.raises(NsqErrorResponse, match="E_BAD_BODY"):
+            await producer.publish_many(TOPIC, numbered(1000))
+
+
+async def test_a_message_over_max_message_size_fails_and_is_not_sent(nsqd: Nsqd) -> None:
+    big = b"x" * 1001
+    async with Producer(nsqd.tcp_address, max_message_size=1000) as producer:
+        await producer.put(TOPIC, big)
+        await producer.flush()
+        assert nsqd.stats()["topics"] == []  # nothing at all was sent
+        message = r"message of 1001 bytes is over max_message_size \(1000\): not sent"
+        with pytest.raises(LocalProtocolError, match=message):
+            await producer.publish(TOPIC, big)
+        with pytest.raises(LocalProtocolError, match=message):
+            await producer.publish_deferred(TOPIC, big, 1)
+        with pytest.raises(LocalProtocolError, match=f"message 1 of 3: {message}"):
+            await producer.publish_many(TOPIC, [b"a", big, b"b"])
+        await producer.put(TOPIC, big)
+        await producer.put(TOPIC, b"x" * 1000)
+    assert nsqd.topic_depth(TOPIC) == 1
+    assert tail(nsqd, 1) == [b"x" * 1000]
+    reason = "message of 1001 bytes is over max_message_size (1000): not sent"
+    assert outcomes(producer) == (1, 2, {reason: 2})
+
+
+# -- streaming --------------------------------------------------------------------------
+
+
+async def test_streaming_counts_every_outcome_exactly(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address, max_message_size=200) as producer:
+        for index, body in enumerate(numbered(1000)):
+            await producer.put(TOPIC, body)
+            if index % 200 == 0:
+                await producer.put(TOPIC, b"")
+                await producer.put(TOPIC, b"z" * 201)
+        await producer.flush()
+        assert producer.pending == 0
+        assert outcomes(producer) == (
+            1000,
+            10,
+            {
+                "message body is empty: nsqd rejects empty messages": 5,
+                "message of 201 bytes is over max_message_size (200): not sent": 5,
+            },
+        )
+    assert tail(nsqd, 1000) == numbered(1000)
+
+
+async def test_streamed_mpubs_in_flight_keep_their_order(nsqd: Nsqd) -> None:
+    """Small MPUBs, so that many are pipelined on the one connection."""
+    async with Producer(nsqd.tcp_address, max_body_size=1024) as producer:
+        for body in numbered(5000):
+            await producer.put(TOPIC, body)
+    assert tail(nsqd, 5000) == numbered(5000)
+    assert outcomes(producer) == (5000, 0, {})
+
+
+async def test_put_waits_while_too_many_messages_are_unacknowledged(nsqd: Nsqd) -> None:
+    most_pending = 0
+    async with Producer(nsqd.tcp_address, max_unacknowledged=10) as producer:
+        for body in numbered(1000):
+            await producer.put(TOPIC, body)
+            most_pending = max(most_pending, producer.pending)
+    assert most_pending <= 10
+    assert nsqd.topic_depth(TOPIC) == 1000
+
+
+async def test_put_waits_while_too_many_bytes_are_unacknowledged(nsqd: Nsqd) -> None:
+    most_pending = 0
+    async with Producer(nsqd.tcp_address, max_unacknowledged_bytes=1000) as producer:
+        for _ in range(1000):
+            await producer.put(TOPIC, b"b" * 100)
+            most_pending = max(most_pending, producer.pending)
+    assert most_pending <= 10  # messages of 100 bytes
+    assert nsqd.topic_depth(TOPIC) == 1000
+
+
+async def test_leaving_the_block_waits_for_every_answer(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        for body in numbered(500):
+            await producer.put(TOPIC, body)
+    assert producer.pending == 0
+    assert nsqd.topic_depth(TOPIC) == 500
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_publishing_to_a_dead_nsqd_fails_promptly_and_clearly(nsqd: Nsqd, mode: str) -> None:
+    address = nsqd.tcp_address
+    nsqd.stop()
+    reason = f"cannot connect to {address}: connection refused"
+    with trio.fail_after(10):  # a guard against hanging; the failure itself is immediate
+        async with Producer(address, mode=mode) as producer:
+            with pytest.raises(ConnectError, match=reason):
+                await producer.publish(TOPIC, b"lost")
+            with pytest.raises(ConnectError, match=reason):
+                await producer.publish_many(TOPIC, [b"lost", b"too"])
+            for _ in range(100):
+                await producer.put(TOPIC, b"lost")
+            await producer.flush()
+    assert outcomes(producer) == (0, 103, {reason: 103})
+
+
+async def test_unknown_mode_is_a_one_line_value_error() -> None:
+    expected = "unknown mode 'random': use one of all, round-robin, hostpool, epsilon-greedy"
+    with pytest.raises(ValueError) as raised:
+        Producer("127.0.0.1:4150", mode="random")
+    assert str(raised.value) == expected
+
+
+async def test_bad_addresses_and_limits_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="no nsqd address"):
+        Producer([])
+    with pytest.raises(ValueError, match="expected host:port"):
+        Producer("localhost")
+    with pytest.raises(ValueError, match="max_body_size must be at least 1, got 0"):
+        Producer("127.0.0.1:4150", max_body_size=0)
+
+
+async def test_publishing_outside_the_block_is_an_error() -> None:
+    producer = Producer("127.0.0.1:4150")
+    with pytest.raises(RuntimeError, match="async with"):
+        await producer.publish(TOPIC, b"x")
+
+
+# -- modes across nsqds -----------------------------------------------------------------
+
+
+async def test_all_mode_puts_every_message_on_every_nsqd(cluster2: Cluster) -> None:
+    addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
+    async with Producer(addresses, mode="all") as producer:
+        await producer.publish(TOPIC, b"one")
+        await producer.publish_many(TOPIC, numbered(10))
+        for body in numbered(100):
+            await producer.put(TOPIC, body)
+    assert [nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds] == [111, 111]
+    assert outcomes(producer) == (111, 0, {})
+
+
+async def test_all_mode_fails_a_message_one_nsqd_did_not_take(cluster2: Cluster) -> None:
+    live, dead = cluster2.nsqds
+    dead.stop()
+    reason = f"cannot connect to {dead.tcp_address}: connection refused"
+    async with Producer([live.tcp_address, dead.tcp_address], mode="all") as producer:
+        with pytest.raises(ConnectError, match=reason):
+            await producer.publish(TOPIC, b"half")
+        for body in numbered(100):
+            await producer.put(TOPIC, body)
+    assert outcomes(producer) == (0, 101, {reason: 101})
+    assert live.topic_depth(TOPIC) == 101  # published there, but not everywhere
+
+
+async def test_round_robin_spreads_the_messages(cluster2: Cluster) -> None:
+    addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
+    async with Producer(addresses, mode="round-robin") as producer:
+        for body in numbered(10):
+            await producer.publish(TOPIC, body)
+    assert [nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds] == [5, 5]
+
+
+@pytest.mark.parametrize("mode", ["round-robin", "hostpool", "epsilon-greedy"])
+async def test_a_batch_that_fails_is_retried_on_another_nsqd(cluster2: Cluster, mode: str) -> None:
+    live, dead = cluster2.nsqds
+    dead.stop()
+    async with Producer([live.tcp_address, dead.tcp_address], mode=mode) as producer:
+        for body in numbered(10):
+            await producer.publish(TOPIC, body)
+        for body in numbered(100):
+            await producer.put(TOPIC, body)
+    assert outcomes(producer) == (110, 0, {})
+    assert live.topic_depth(TOPIC) == 110
+
+
+async def test_hostpool_skips_a_stopped_nsqd_until_its_retry_time(
+    cluster2: Cluster, mock_clock: trio.testing.MockClock
+) -> None:
+    """Time stands still (mock_clock) until the test moves it past the retry delay."""
+    first, second = cluster2.nsqds
+    addresses = [first.tcp_address, second.tcp_address]
+    async with Producer(addresses, mode="hostpool", retry_delay=10) as producer:
+        for _ in range(4):
+            await producer.publish(TOPIC, b"both up")
+        assert [nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds] == [2, 2]
+
+        second.stop()
+        for _ in range(10):
+            await producer.publish(TOPIC, b"second down")
+        assert first.topic_depth(TOPIC) == 12
+
+        second.start()  # same ports
+        held = second.topic_depth(TOPIC)
+        for _ in range(4):
+            await producer.publish(TOPIC, b"second still skipped")
+        assert (first.topic_depth(TOPIC), second.topic_depth(TOPIC)) == (16, held)
+
+        mock_clock.jump(11)
+        for _ in range(4):
+            await producer.publish(TOPIC, b"second back")
+        assert (first.topic_depth(TOPIC), second.topic_depth(TOPIC)) == (18, held + 2)
+    assert outcomes(producer) == (22, 0, {})
+
+
+async def test_epsilon_greedy_publishes_everything(cluster2: Cluster) -> None:
+    addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
+    async with Producer(addresses, mode="epsilon-greedy") as producer:
+        for body in numbered(50):
+            await producer.publish(TOPIC, body)
+    assert sum(nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds) == 50
+    assert outcomes(producer) == (50, 0, {})
+
+
+# -- encoding (pure) --------------------------------------------------------------------
+
+
+@given(st.lists(st.integers(1, 100), max_size=100), st.integers(12, 300))
+def test_cut_points_cover_everything_in_order_within_the_limit(
+    sizes: list[int], max_body_size: int
+) -> None:
+    ranges = cut_points(sizes, max_body_size)
+    assert all(start < end for start, end in ranges)
+    assert [index for start, end in ranges for index in range(start, end)] == list(
+        range(len(sizes))
+    )
+    for start, end in ranges:
+        chunk = sizes[start:end]
+        assert end - start == 1 or 4 + 4 * len(chunk) + sum(chunk) <= max_body_size
+        if end < len(sizes):  # the next message would not have fitted
+            assert 4 + 4 * (len(chunk) + 1) + sum(chunk) + sizes[end] > max_body_size
+
+
+# -- host selection (pure, the time passed in) ------------------------------------------
+
+
+def picks(policy: RoundRobin | HostPool, now: float, count: int) -> list[int]:
+    return [policy.pick(now) for _ in range(count)]
+
+
+def test_round_robin_takes_hosts_in_turn_whatever_failed() -> None:
+    policy = RoundRobin(3)
+    policy.mark_failed(1, now=0)
+    assert picks(policy, 0, 6) == [0, 1, 2, 0, 1, 2]
+
+
+def test_round_robin_retries_on_a_host_that_is_not_failing() -> None:
+    policy = RoundRobin(3)
+    policy.mark_failed(1, now=0)
+    assert policy.pick(0) == 0
+    assert policy.pick_another(0, tried=[0]) == 2
+    assert policy.pick_another(0, tried=[0, 2]) is None
+    policy.mark_success(1, now=0, response_time=0.01)
+    assert policy.pick_another(0, tried=[0, 2]) == 1
+
+
+def test_hostpool_skips_a_failed_host_until_its_retry_time() -> None:
+    policy = HostPool(3, retry_delay=30, max_retry_delay=100)
+    policy.mark_failed(1, now=0)
+    assert picks(policy, 10, 4) == [0, 2, 0, 2]
+    assert picks(policy, 31, 3) == [0, 1, 2]  # retried: the next delay doubles to 60
+    assert picks(policy, 60, 3) == [0, 2, 0]
+    assert picks(policy, 92, 3) == [1, 2, 0]  # retried: the next delay is capped at 100
+    assert picks(policy, 191, 2) == [2, 0]
+    assert picks(policy, 193, 1) == [1]
+    policy.mark_success(1, now=193, response_time=0.01)
+    assert picks(policy, 193, 3) == [2, 0, 1]
+
+
+def test_hostpool_tries_every_host_again_when_all_are_down() -> None:
+    policy = HostPool(2, retry_delay=30)
+    policy.mark_failed(0, now=0)
+    policy.mark_failed(1, now=0)
+    assert policy.pick_another(1, tried=[]) is None
+    assert picks(policy, 1, 3) == [0, 1, 0]
+    assert policy.pick_another(1, tried=[0]) == 1  # all live again
+
+
+def test_hostpool_retries_only_on_a_live_host() -> None:
+    policy = HostPool(3)
+    policy.mark_failed(2, now=0)
+    assert policy.pick_another(1, tried=[0]) == 1
+    assert policy.pick_another(1, tried=[0, 1]) is None
+
+
+def test_epsilon_greedy_mostly_picks_the_fastest_host() -> None:
+    policy = EpsilonGreedy(2, rng=random.Random(7))
+    for now in range(10):
+        policy.mark_success(0, now, response_time=0.001)
+        policy.mark_success(1, now, response_time=0.1)
+    chosen = picks(policy, 10, 1000)
+    assert chosen.count(0) > 950
+    assert chosen.count(1) > 0  # exploration, and the slower host's small weight
+    assert policy.epsilon == EpsilonGreedy.MIN_EPSILON  # exploring decayed it
+
+
+def test_epsilon_greedy_takes_turns_while_no_response_time_is_known() -> None:
+    policy = EpsilonGreedy(3, rng=random.Random(1))
+    assert picks(policy, 0, 6) == [0, 1, 2, 0, 1, 2]
+
+
+def test_epsilon_greedy_weighs_recent_response_times_more_and_forgets_old_ones() -> None:
+    policy = EpsilonGreedy(2, decay_duration=120, rng=random.Random(3))  # 1s buckets
+    policy.mark_success(0, now=0, response_time=0.5)
+    policy.mark_success(0, now=60, response_time=0.1)
+    assert policy.average_response_time(0, now=60) == pytest.approx((60 * 0.5 + 120 * 0.1) / 180)
+    assert policy.average_response_time(0, now=121) == pytest.approx(0.1)
+    assert policy.average_response_time(0, now=181) == 0
+
+
+def test_epsilon_greedy_skips_a_failed_host() -> None:
+    policy = EpsilonGreedy(2, rng=random.Random(5))
+    policy.mark_success(0, now=0, response_time=0.001)
+    policy.mark_success(1, now=0, response_time=0.1)
+    policy.mark_failed(0, now=0)
+    assert set(picks(policy, 1, 100)) == {1}
