@@ -154,3 +154,31 @@ def starved(in_flight: Mapping[Key, int], ready: Mapping[Key, int]) -> bool:
     """True when some connection has in-flight messages at 85% or more of its RDY: nsqd
     will send it nothing more until some are answered, so batch writers should flush."""
     return any(count > 0 and count >= 0.85 * ready.get(key, 0) for key, count in in_flight.items())
+
+
+class TokenBucket:
+    """A rate limit of `rate` per second with at most one second of saved capacity,
+    as the Go to_nsq throttles (it starts with a balance of 1)."""
+
+    def __init__(self, rate: float, now: float) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        self.rate = rate
+        self.balance = 1.0
+        self._updated = now
+
+    def take(self, wanted: int, now: float) -> int:
+        """Take up to `wanted` whole tokens now; return how many were granted."""
+        self._refill(now)
+        granted = min(wanted, int(self.balance))
+        self.balance -= granted
+        return granted
+
+    def wait_time(self, now: float) -> float:
+        """Seconds until at least one token is available."""
+        self._refill(now)
+        return max(0.0, (1 - self.balance) / self.rate)
+
+    def _refill(self, now: float) -> None:
+        self.balance = min(self.rate, self.balance + (now - self._updated) * self.rate)
+        self._updated = now

@@ -41,6 +41,8 @@ DEFAULT_MAX_UNACKNOWLEDGED = 200_000
 DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
 # put() hands its messages to the connections, and lets them run, after this many bytes.
 DISPATCH_BYTES = 256 * 1024
+# put_many() queues at most this many messages before it looks at the limits again.
+PUT_MANY_CHUNK = 1024
 
 _MPUB_OVERHEAD = 4  # the message count before the first message
 _MESSAGE_OVERHEAD = 4  # the size before each message
@@ -429,7 +431,8 @@ class Producer:
         self._unresolved = 0  # messages in those batches
         self._unresolved_bytes = 0
         self._room = trio.Event()  # set when the unresolved fall below the limits
-        self._queues: dict[str, list[bytes]] = {}  # put, not yet batched, by topic
+        # put, not yet batched, by topic and delay (None: publish now, in MPUBs)
+        self._queues: dict[tuple[str, float | None], list[bytes]] = {}
         self._topics: set[str] = set()  # names already checked
         self._queued = trio.Event()  # set when put starts a new queue
         self._put_room_messages = 0  # what put may add before it must look at limits
@@ -537,25 +540,54 @@ class Producer:
 
     # -- streaming -------------------------------------------------------------------
 
-    async def put(self, topic: str, body: bytes) -> None:
+    async def put(self, topic: str, body: bytes, delay: float | None = None) -> None:
         """Queue one message for batching; return at once unless back-pressure applies
         (every DISPATCH_BYTES it lets the sending tasks run).
 
-        A message that is empty or over max_message_size is never sent: it counts as
-        failed, with its reason. A bad topic name raises LocalProtocolError.
+        With a delay (seconds), the message goes out as its own DPUB. A message that is
+        empty or over max_message_size is never sent: it counts as failed, with its
+        reason. A bad topic name raises LocalProtocolError.
         """
         size = len(body)
         if not 0 < size <= self.max_message_size:
             self._resolve_refused(size)
             return
-        queue = self._queues.get(topic)
+        if delay is not None:
+            commands.delay_milliseconds(delay, "DPUB delay")
+        key = (topic, delay)
+        queue = self._queues.get(key)
         if queue is None:
-            queue = self._new_queue(topic)
+            queue = self._new_queue(key)
         queue.append(body)
         self._put_room_messages -= 1
         self._put_room_bytes -= size
         if self._put_room_bytes <= 0 or self._put_room_messages <= 0:
             await self._hand_over()
+
+    async def put_many(
+        self, topic: str, bodies: Sequence[bytes], delay: float | None = None
+    ) -> None:
+        """put() for each message, in order, with a fraction of its per-message cost."""
+        sizes = list(map(len, bodies))
+        if not sizes:
+            return
+        if delay is not None:
+            commands.delay_milliseconds(delay, "DPUB delay")
+        if not (all(sizes) and max(sizes) <= self.max_message_size):
+            for body in bodies:  # rare: some are refused; count each on its own
+                await self.put(topic, body, delay)
+            return
+        key = (topic, delay)
+        for start in range(0, len(bodies), PUT_MANY_CHUNK):
+            queue = self._queues.get(key)
+            if queue is None:
+                queue = self._new_queue(key)
+            chunk = bodies[start : start + PUT_MANY_CHUNK]
+            queue.extend(chunk)
+            self._put_room_messages -= len(chunk)
+            self._put_room_bytes -= sum(sizes[start : start + PUT_MANY_CHUNK])
+            if self._put_room_bytes <= 0 or self._put_room_messages <= 0:
+                await self._hand_over()
 
     async def flush(self) -> None:
         """Wait until everything put or published so far has an outcome."""
@@ -563,12 +595,13 @@ class Producer:
         for batch in list(self._in_flight):
             await batch.done.wait()
 
-    def _new_queue(self, topic: str) -> list[bytes]:
+    def _new_queue(self, key: tuple[str, float | None]) -> list[bytes]:
+        topic = key[0]
         if topic not in self._topics:
             check_topic(topic)
             self._topics.add(topic)
         queue: list[bytes] = []
-        self._queues[topic] = queue
+        self._queues[key] = queue
         self._queued.set()
         return queue
 
@@ -606,10 +639,19 @@ class Producer:
 
     def _dispatch_queued(self) -> None:
         queues, self._queues = self._queues, {}
-        for topic, bodies in queues.items():
-            for batch in self._batches(topic, bodies, list(map(len, bodies))):
+        for (topic, delay), bodies in queues.items():
+            if delay is None:
+                batches = self._batches(topic, bodies, list(map(len, bodies)))
+            else:
+                batches = self._deferred(topic, bodies, delay)
+            for batch in batches:
                 self._send(batch)
         self._refill_put_room()
+
+    def _deferred(self, topic: str, bodies: list[bytes], delay: float) -> Iterator[_Batch]:
+        """A DPUB for each message: nsqd has no deferred MPUB."""
+        for body in bodies:
+            yield _Batch(commands.dpub(topic, delay, body), 1, len(body))
 
     def _batches(self, topic: str, bodies: list[bytes], sizes: list[int]) -> Iterator[_Batch]:
         """Commands for the messages in order: MPUBs within max_body_size, a lone one as PUB."""

@@ -11,7 +11,6 @@ import itertools
 import random
 from typing import Any
 
-import httpx
 import pytest
 import trio
 import trio.testing
@@ -84,12 +83,7 @@ async def test_publish_many_of_nothing_sends_nothing(nsqd: Nsqd) -> None:
 
 
 async def test_publish_deferred_is_held_back_by_nsqd(nsqd: Nsqd) -> None:
-    for path, params in (
-        ("topic", {"topic": TOPIC}),
-        ("channel", {"topic": TOPIC, "channel": "held"}),
-    ):
-        response = httpx.post(f"http://{nsqd.http_address}/{path}/create", params=params)
-        response.raise_for_status()
+    nsqd.create_channels(TOPIC, "held")
     async with Producer(nsqd.tcp_address) as producer:
         await producer.publish_deferred(TOPIC, b"later", 3600)
     stats = channel_stats(nsqd, TOPIC, "held")
@@ -477,3 +471,45 @@ def test_epsilon_greedy_skips_a_failed_host() -> None:
     policy.mark_success(1, now=0, response_time=0.1)
     policy.mark_failed(0, now=0)
     assert set(picks(policy, 1, 100)) == {1}
+
+
+# -- put_many and deferred puts ---------------------------------------------------------
+
+
+async def test_put_many_keeps_order_and_counts(nsqd: Nsqd) -> None:
+    bodies = numbered(5000)
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.put_many(TOPIC, bodies[:2500])
+        await producer.put_many(TOPIC, bodies[2500:])
+        await producer.flush()
+        assert outcomes(producer) == (5000, 0, {})
+    assert tail(nsqd, 5000) == bodies
+
+
+async def test_put_many_counts_refused_messages_one_by_one(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address, max_message_size=10) as producer:
+        await producer.put_many(TOPIC, [b"ok", b"", b"x" * 11, b"fine"])
+        await producer.flush()
+        acknowledged, failed, reasons = outcomes(producer)
+    assert (acknowledged, failed) == (2, 2)
+    assert nsqd.topic_depth(TOPIC) == 2
+    assert sum(reasons.values()) == 2
+
+
+async def test_deferred_puts_are_held_back_by_nsqd(nsqd: Nsqd) -> None:
+    nsqd.create_channels(TOPIC, "held")
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.put_many(TOPIC, [b"a", b"b", b"c"], delay=3600)
+        await producer.put(TOPIC, b"d", delay=3600)
+        await producer.flush()
+        assert outcomes(producer) == (4, 0, {})
+    stats = channel_stats(nsqd, TOPIC, "held")
+    assert (stats["deferred_count"], stats["depth"]) == (4, 0)
+
+
+async def test_a_negative_delay_is_refused_before_queueing(nsqd: Nsqd) -> None:
+    async with Producer(nsqd.tcp_address) as producer:
+        with pytest.raises(LocalProtocolError, match="must not be negative"):
+            await producer.put(TOPIC, b"x", delay=-1)
+        with pytest.raises(LocalProtocolError, match="must not be negative"):
+            await producer.put_many(TOPIC, [b"x"], delay=-1)

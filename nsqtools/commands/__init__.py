@@ -13,6 +13,7 @@ from nsqtools import __version__
 
 # subcommand → (module, Go name)
 SUBCOMMANDS = {
+    "pub": ("nsqtools.commands.pub", "to_nsq"),
     "tail": ("nsqtools.commands.tail", "nsq_tail"),
 }
 

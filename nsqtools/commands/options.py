@@ -51,16 +51,20 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+def nsqd_addresses(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--nsqd-tcp-address",
+        "nsqd_tcp_addresses",
+        multiple=True,
+        envvar="NSQ_NSQD_TCP_ADDRESS",
+        metavar="HOST:PORT",
+        help=help_text,
+    )
+
+
 def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
     return _stack(
-        click.option(
-            "--nsqd-tcp-address",
-            "nsqd_tcp_addresses",
-            multiple=True,
-            envvar="NSQ_NSQD_TCP_ADDRESS",
-            metavar="HOST:PORT",
-            help=nsqd_help,
-        ),
+        nsqd_addresses(nsqd_help),
         click.option(
             "--lookupd-http-address",
             "lookupd_http_addresses",

@@ -192,7 +192,7 @@ async def tail(settings: TailSettings) -> None:
 
     import trio
 
-    from nsqtools.commands.output import PipeClosed, StdoutWriter, silence_stdout
+    from nsqtools.commands.stdio import PipeClosed, StdoutWriter, silence_stdout
     from nsqtools.consumer import open_consumer
 
     writer = StdoutWriter()

@@ -34,7 +34,8 @@ def _check_body(body: bytes) -> None:
         raise LocalProtocolError("message body is empty: nsqd rejects empty messages")
 
 
-def _milliseconds(seconds: float, what: str) -> int:
+def delay_milliseconds(seconds: float, what: str) -> int:
+    """A delay in whole milliseconds, or LocalProtocolError for a negative or endless one."""
     if not math.isfinite(seconds):
         raise LocalProtocolError(f"{what} must be a finite number of seconds, got {seconds}")
     if seconds < 0:
@@ -65,7 +66,7 @@ def pub(topic: str, body: bytes) -> bytes:
 def dpub(topic: str, delay: float, body: bytes) -> bytes:
     """Deferred publish: deliver `body` after `delay` seconds (sent as whole milliseconds)."""
     _check_body(body)
-    line = f"DPUB {check_topic(topic)} {_milliseconds(delay, 'DPUB delay')}\n".encode()
+    line = f"DPUB {check_topic(topic)} {delay_milliseconds(delay, 'DPUB delay')}\n".encode()
     return _with_body(line, body)
 
 
@@ -111,7 +112,7 @@ def fin(message_id: bytes) -> bytes:
 
 def req(message_id: bytes, delay: float = 0.0) -> bytes:
     """Requeue a message, to be redelivered after `delay` seconds (whole milliseconds)."""
-    return b"REQ %s %d\n" % (_check_id(message_id), _milliseconds(delay, "REQ delay"))
+    return b"REQ %s %d\n" % (_check_id(message_id), delay_milliseconds(delay, "REQ delay"))
 
 
 def touch(message_id: bytes) -> bytes:
@@ -131,7 +132,7 @@ def req_many(message_ids: Sequence[bytes], delay: float = 0.0) -> bytes:
     if not message_ids:
         return b""
     _check_ids(message_ids)
-    tail = b" %d\n" % _milliseconds(delay, "REQ delay")
+    tail = b" %d\n" % delay_milliseconds(delay, "REQ delay")
     return b"REQ " + (tail + b"REQ ").join(message_ids) + tail
 
 

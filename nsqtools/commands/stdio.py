@@ -1,0 +1,78 @@
+"""The standard streams from trio: whole writes, chunked reads, never stalling heartbeats.
+
+A read from or write to a pipe or terminal can block for as long as the other side
+pleases; on trio's thread that would stop heartbeats, so those calls go to a worker
+thread. Regular files and /dev/null never block for long and are used directly.
+Writes hold a lock, so lines from several topics never interleave. A closed pipe
+(`nsq_tail | head`) is reported as PipeClosed, which commands treat as a normal end.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import AsyncIterator
+
+import trio
+
+READ_SIZE = 1024 * 1024
+
+
+class PipeClosed(Exception):
+    """The reader of stdout went away."""
+
+
+def may_block(fd: int) -> bool:
+    """False for regular files and /dev/null, which never make a caller wait long."""
+    status = os.fstat(fd)
+    if stat.S_ISREG(status.st_mode):
+        return False
+    try:
+        return not os.path.samestat(status, os.stat(os.devnull))
+    except OSError:
+        return True
+
+
+class StdoutWriter:
+    def __init__(self, fd: int = 1) -> None:
+        self.fd = fd
+        self.blocks = may_block(fd)
+        self._lock = trio.Lock()
+
+    async def write(self, data: bytes) -> None:
+        """Write all of `data`; raise PipeClosed if the reader has gone."""
+        try:
+            if not self.blocks:
+                self._write_all(data)  # no await: nothing can interleave, no lock needed
+                return
+            async with self._lock:
+                await trio.to_thread.run_sync(self._write_all, data)
+        except BrokenPipeError:
+            raise PipeClosed from None
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+
+async def read_chunks(fd: int) -> AsyncIterator[bytes]:
+    """The bytes of `fd` until its end, in chunks of up to READ_SIZE."""
+    blocks = may_block(fd)
+    while True:
+        if blocks:
+            chunk = await trio.to_thread.run_sync(os.read, fd, READ_SIZE, abandon_on_cancel=True)
+        else:
+            chunk = os.read(fd, READ_SIZE)
+            await trio.lowlevel.checkpoint()
+        if not chunk:
+            return
+        yield chunk
+
+
+def silence_stdout() -> None:
+    """After a closed pipe: point fd 1 at /dev/null so nothing at exit complains."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)

@@ -1,0 +1,165 @@
+"""to_nsq run as a user runs it, side by side with the Go to_nsq on the same nsqd."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsqtools.testing import Nsqd, find_binary, run_go_tool, wait_until
+from tests.conftest import Cluster
+
+TOOL = str(Path(sys.executable).parent / "to_nsq")
+
+
+def to_nsq(*args: str, input: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([TOOL, *args], input=input, capture_output=True, timeout=30, check=False)
+
+
+def bodies_of(nsqd: Nsqd, topic: str, count: int) -> list[bytes]:
+    """Read `count` messages back with the Go nsq_tail (an independent consumer)."""
+    args = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}", f"-n={count}"]
+    result = run_go_tool("nsq_tail", args, timeout=30)
+    assert result.returncode == 0, result.stderr
+    lines: list[bytes] = result.stdout.splitlines()
+    return lines
+
+
+INPUT = b'first\nsecond\n\n\nthird has spaces\n\xff\xfebinary\n{"json": 1}\n'
+
+
+def test_same_messages_as_go_on_the_same_input(nsqd: Nsqd) -> None:
+    go = run_go_tool(
+        "to_nsq", [f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=go"], input=INPUT
+    )
+    ours = to_nsq(f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=ours", input=INPUT)
+    assert go.returncode == ours.returncode == 0, ours.stderr
+    expected = [record for record in INPUT.split(b"\n") if record]
+    assert nsqd.topic_depth("go") == nsqd.topic_depth("ours") == len(expected)
+    assert (
+        bodies_of(nsqd, "ours", len(expected)) == bodies_of(nsqd, "go", len(expected)) == expected
+    )
+
+
+def test_the_last_record_without_a_delimiter_is_kept_whole(nsqd: Nsqd) -> None:
+    """The Go to_nsq cuts the last byte of such a record; we publish it whole."""
+    result = to_nsq(f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=t", input=b"a\nlast")
+    assert result.returncode == 0, result.stderr
+    assert bodies_of(nsqd, "t", 2) == [b"a", b"last"]
+
+
+def test_every_record_goes_to_every_nsqd(cluster2: Cluster) -> None:
+    addresses = [f"--nsqd-tcp-address={nsqd.tcp_address}" for nsqd in cluster2.nsqds]
+    result = to_nsq(*addresses, "-topic", "fan", input=b"1\n2\n3\n")
+    assert result.returncode == 0, result.stderr
+    for nsqd in cluster2.nsqds:
+        assert bodies_of(nsqd, "fan", 3) == [b"1", b"2", b"3"]
+
+
+def test_delimiter_byte_and_escapes(nsqd: Nsqd) -> None:
+    address = f"--nsqd-tcp-address={nsqd.tcp_address}"
+    assert to_nsq(address, "--topic=comma", "--delimiter=,", input=b"a,b,,c").returncode == 0
+    assert bodies_of(nsqd, "comma", 3) == [b"a", b"b", b"c"]
+    assert to_nsq(address, "--topic=tab", "--delimiter", "\\t", input=b"x\ty\t").returncode == 0
+    assert bodies_of(nsqd, "tab", 2) == [b"x", b"y"]
+
+
+def test_files_as_arguments_and_dash_for_stdin(nsqd: Nsqd, tmp_path: Path) -> None:
+    first, second = tmp_path / "one.txt", tmp_path / "two.txt"
+    first.write_bytes(b"f1\nf2")  # no final delimiter: kept whole, not joined to the next file
+    second.write_bytes(b"s1\n")
+    result = to_nsq(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=files", str(first), "-", str(second),
+        input=b"stdin\n",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert bodies_of(nsqd, "files", 4) == [b"f1", b"f2", b"stdin", b"s1"]
+
+
+def test_defer_publishes_deferred(nsqd: Nsqd) -> None:
+    nsqd.create_channels("later", "c")
+    result = to_nsq(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=later", "--defer=1h", input=b"a\nb\n"
+    )
+    assert result.returncode == 0, result.stderr
+    stats = nsqd.channel_stats("later", "c")
+    assert (stats["deferred_count"], stats["depth"]) == (2, 0)
+
+
+def test_rate_publishes_everything(nsqd: Nsqd) -> None:
+    result = to_nsq(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=slow", "--rate=50", input=b"x\n" * 20
+    )
+    assert result.returncode == 0, result.stderr
+    assert nsqd.topic_depth("slow") == 20
+
+
+def test_unacknowledged_records_give_exit_1_and_a_count(nsqd: Nsqd) -> None:
+    result = to_nsq(
+        f"--nsqd-tcp-address={nsqd.tcp_address}", "--nsqd-tcp-address=127.0.0.1:1", "--topic=half",
+        input=b"a\nb\nc\n",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "to_nsq: error: 3 of 3 records were not published to every nsqd: cannot connect to "
+        "127.0.0.1:1: connection refused (3)"
+    ]
+    assert nsqd.topic_depth("half") == 3  # the live nsqd still has them
+
+
+def test_sigterm_publishes_what_was_read_and_exits_0(nsqd: Nsqd) -> None:
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=sig"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    process.stdin.write(b"".join(b"%d\n" % index for index in range(100)))
+    process.stdin.flush()
+    wait_until(lambda: depth_or_zero(nsqd, "sig") == 100, 10, "100 records published")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=15)
+    assert process.returncode == 0, stderr
+    assert nsqd.topic_depth("sig") == 100
+
+
+def depth_or_zero(nsqd: Nsqd, topic: str) -> int:
+    try:
+        return nsqd.topic_depth(topic)
+    except KeyError:  # not created yet
+        return 0
+
+
+def test_go_to_nsq_is_built() -> None:
+    assert find_binary("to_nsq").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nsqd-tcp-address=a:1"], "--topic required"),
+        (["--topic=t"], "--nsqd-tcp-address required"),
+        (["--topic=bad topic", "--nsqd-tcp-address=a:1"], "invalid topic name"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--delimiter=ab"], "single byte"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--defer=10"], "missing unit"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--rate=-1"], "--rate"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--producer-opt=nope,1"], "unknown option"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "/no/such/file"], "/no/such/file"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--bogus"], "No such option"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = to_nsq(*args)
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("to_nsq: error: "), lines
+    assert message in lines[0]
+
+
+def test_version() -> None:
+    result = to_nsq("-version")
+    assert result.returncode == 0
+    assert result.stdout.decode().startswith("to_nsq v")
