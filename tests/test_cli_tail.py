@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
-from tests.conftest import AUTH_SECRETS, Cluster
+from tests.conftest import AUTH_SECRETS, Cluster, LocalNsq
 
 TOOL = str(Path(sys.executable).parent / "nsq_tail")
 TOPIC = "cli"
@@ -253,3 +253,27 @@ def test_version() -> None:
         result = nsq_tail(flag)
         assert result.returncode == 0
         assert result.stdout.decode().startswith("nsq_tail v")
+
+
+def test_the_documented_reader_opt_line_works(local_nsq: LocalNsq, tls_files: TlsFiles) -> None:
+    """From NSQ's docs: nsq_tail ... -reader-opt="tls_v1,true" -reader-opt="auth_secret,$SECRET"."""
+    from nsqtools.testing.authd import AuthService
+
+    (secret, identity) = next(iter(AUTH_SECRETS.items()))
+    with AuthService({secret: identity}) as service:
+        nsqd = local_nsq.nsqd("doc", tls=tls_files, auth_http_address=service.address)
+        nsqd.publish(TOPIC, b"documented")
+        command = (
+            f"{TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} -n 1 "
+            f'-reader-opt="tls_root_ca_file,{tls_files.ca}" '
+            '-reader-opt="tls_v1,true" -reader-opt="auth_secret,$SECRET"'
+        )
+        result = subprocess.run(
+            ["bash", "-c", command],
+            env={**os.environ, "SECRET": secret},
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"documented\n"

@@ -79,9 +79,12 @@ def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F
 def connection_options(passthrough: str) -> Callable[[F], F]:
     """TLS, compression and AUTH, plus the go-nsq passthrough named `passthrough`
     ("consumer-opt" or "producer-opt")."""
+    # --reader-opt: the consumer option's older name, still in NSQ's documentation.
+    aliases = ["--reader-opt"] if passthrough == "consumer-opt" else []
     return _stack(
         click.option(
             f"--{passthrough}",
+            *aliases,
             "client_options",
             multiple=True,
             metavar="KEY,VALUE",
