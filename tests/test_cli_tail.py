@@ -277,3 +277,39 @@ def test_the_documented_reader_opt_line_works(local_nsq: LocalNsq, tls_files: Tl
         )
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"documented\n"
+
+
+def run_on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
+    """Run nsq_tail with stdout on a pseudo-terminal; return what it printed there."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    with subprocess.Popen(
+        [TOOL, *args], stdout=terminal, stderr=subprocess.DEVNULL, env=env
+    ) as process:
+        os.close(terminal)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the terminal's other side closed
+                break
+            if not chunk:
+                break
+            output += chunk
+        process.wait(timeout=30)
+    os.close(controller)
+    return output
+
+
+def test_json_is_highlighted_on_a_terminal_and_markup_is_never_applied(nsqd: Nsqd) -> None:
+    nsqd.create_channels(TOPIC, "color", "plain")
+    nsqd.publish_many(TOPIC, [b'{"key": "value", "n": 1}', b"[bold]not markup[/bold]"])
+    args = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "2"]
+    env = {key: value for key, value in os.environ.items() if key != "NO_COLOR"}
+    colored = run_on_a_terminal([*args, "--channel=color"], env)
+    assert b"\x1b[" in colored  # ANSI colors around the JSON
+    assert b"[bold]not markup[/bold]" in colored
+    plain = run_on_a_terminal([*args, "--channel=plain"], {**env, "NO_COLOR": "1"})
+    assert b"\x1b[" not in plain
+    assert plain.replace(b"\r\n", b"\n") == b'{"key": "value", "n": 1}\n[bold]not markup[/bold]\n'

@@ -261,3 +261,26 @@ def test_both_kinds_of_address_is_an_error() -> None:
             nsqd_tcp_addresses=["a:1"],
             lookupd_http_addresses=["b:2"],
         )
+
+
+async def test_touch_keeps_a_slow_message_from_timing_out(nsqd: Nsqd) -> None:
+    nsqd.publish(TOPIC, b"slow work")
+    config = make_config(msg_timeout=1.0)
+    async with open_consumer(
+        TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+    ) as consumer:
+        batch = await anext(aiter(consumer))
+        for _ in range(6):  # 2.4s of work on a message nsqd times out after 1s
+            await trio.sleep(0.4)  # the slow handler being simulated
+            batch.touch()
+        batch.finish()
+    await wait_for(lambda: drained(nsqd), "finished")
+    assert channel(nsqd)["timeout_count"] == 0
+
+
+async def test_sample_rate_reaches_nsqd(nsqd: Nsqd) -> None:
+    nsqd.create_channels(TOPIC, CHANNEL)
+    config = make_config(sample_rate=37)
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]):
+        await wait_for(lambda: bool(channel(nsqd)["clients"]), "subscribed")
+        assert channel(nsqd)["clients"][0]["sample_rate"] == 37

@@ -1,0 +1,139 @@
+"""RDY and backoff policy, pure: time and randomness are passed in."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsqtools.flow import (
+    Backoff,
+    BackoffAction,
+    ConnectionView,
+    even_shares,
+    plan_ready,
+    probe_ready,
+    requeue_delay,
+    rotate_scarce_ready,
+    starved,
+)
+
+
+def views(
+    count: int, max_rdy: int = 2500, ready: int = 0, idle: float = 0.0
+) -> list[ConnectionView]:
+    return [ConnectionView(f"nsqd{index}:4150", max_rdy, ready, idle) for index in range(count)]
+
+
+@given(st.integers(0, 10_000), st.integers(1, 50), st.integers(1, 2500))
+def test_even_shares_never_exceed_max_in_flight_nor_max_rdy(
+    max_in_flight: int, count: int, max_rdy: int
+) -> None:
+    shares = even_shares(max_in_flight, views(count, max_rdy))
+    assert sum(shares.values()) <= max_in_flight
+    assert all(0 <= share <= max_rdy for share in shares.values())
+    if max_in_flight <= count * max_rdy:
+        assert sum(shares.values()) == max_in_flight  # nothing wasted when it fits
+    assert max(shares.values()) - min(shares.values()) <= 1 or max_in_flight > count * max_rdy
+
+
+def test_even_shares_spread_the_remainder() -> None:
+    assert sorted(even_shares(7, views(2)).values()) == [3, 4]
+
+
+@given(st.integers(1, 10), st.integers(2, 30), st.integers(0, 2**32))
+def test_scarce_ready_gives_units_of_one_within_the_total(
+    max_in_flight: int, count: int, seed: int
+) -> None:
+    plan = rotate_scarce_ready(max_in_flight, views(count), 10.0, random.Random(seed))
+    assert set(plan.values()) <= {0, 1}
+    assert sum(plan.values()) == min(max_in_flight, count)
+
+
+def test_scarce_ready_keeps_busy_holders_and_releases_idle_ones() -> None:
+    connections = [
+        ConnectionView("busy:1", 2500, 1, idle_for=0.5),
+        ConnectionView("idle:1", 2500, 1, idle_for=30.0),
+        ConnectionView("waiting:1", 2500, 0, idle_for=30.0),
+    ]
+    plan = rotate_scarce_ready(2, connections, 10.0, random.Random(1))
+    assert plan == {"busy:1": 1, "idle:1": 0, "waiting:1": 1}
+
+
+def test_scarce_ready_rotates_so_every_connection_gets_a_turn() -> None:
+    rng, served = random.Random(7), set()
+    connections = views(5, idle=30.0)  # everyone idle: units move on each round
+    for _ in range(20):
+        plan = rotate_scarce_ready(1, connections, 10.0, rng)
+        served |= {key for key, ready in plan.items() if ready}
+        connections = [ConnectionView(v.key, 2500, plan[v.key], 30.0) for v in connections]
+    assert served == {view.key for view in views(5)}
+
+
+def test_plan_ready_chooses_the_mode() -> None:
+    assert sum(plan_ready(10, views(3), 10.0, random.Random(0)).values()) == 10
+    assert sum(plan_ready(2, views(3), 10.0, random.Random(0)).values()) == 2
+
+
+def test_probe_ready_is_one_connection_at_one() -> None:
+    plan = probe_ready(views(4), random.Random(3))
+    assert sorted(plan.values()) == [0, 0, 0, 1]
+    assert probe_ready([], random.Random(3)) == {}
+
+
+def make_backoff(strategy: str = "exponential") -> Backoff:
+    return Backoff(strategy, multiplier=1.0, max_duration=120.0, rng=random.Random(5))
+
+
+def test_backoff_grows_then_shrinks_then_resumes() -> None:
+    backoff = make_backoff()
+    assert backoff.record(success=True) is BackoffAction.NOTHING  # not backing off
+    assert backoff.record(success=False) is BackoffAction.PAUSE
+    assert (backoff.level, backoff.pause_duration) == (1, 2.0)
+    assert backoff.record(success=False) is BackoffAction.NOTHING  # one result per pause
+    backoff.pause_ended()
+    assert backoff.record(success=False) is BackoffAction.PAUSE
+    assert (backoff.level, backoff.pause_duration) == (2, 4.0)
+    backoff.pause_ended()
+    assert backoff.record(success=True) is BackoffAction.PAUSE  # shorter, still backing off
+    assert (backoff.level, backoff.pause_duration) == (1, 2.0)
+    backoff.pause_ended()
+    assert backoff.record(success=True) is BackoffAction.RESUME
+    assert not backoff.active
+
+
+def test_backoff_is_capped_by_max_duration() -> None:
+    backoff = make_backoff()
+    for _ in range(20):
+        backoff.record(success=False)
+        backoff.pause_ended()
+    assert backoff.duration() == 120.0
+    assert backoff.level == backoff.max_level
+
+
+def test_full_jitter_stays_below_the_exponential_duration() -> None:
+    backoff = make_backoff("full_jitter")
+    backoff.level = 3
+    durations = [backoff.duration() for _ in range(200)]
+    assert all(0 <= duration <= 8.0 for duration in durations)
+    assert len(set(durations)) > 100
+
+
+def test_unknown_strategy() -> None:
+    with pytest.raises(ValueError, match="unknown backoff strategy"):
+        make_backoff("linear")
+
+
+def test_requeue_delay_grows_with_attempts_and_is_capped() -> None:
+    assert requeue_delay(1, 90.0, 900.0) == 90.0
+    assert requeue_delay(3, 90.0, 900.0) == 270.0
+    assert requeue_delay(50, 90.0, 900.0) == 900.0
+
+
+def test_starved_at_85_percent_of_ready() -> None:
+    assert not starved({"a": 84}, {"a": 100})
+    assert starved({"a": 85}, {"a": 100})
+    assert starved({"a": 1}, {"a": 0})  # RDY 0: nothing more comes until answers go out
+    assert not starved({"a": 0}, {"a": 0})
