@@ -131,6 +131,7 @@ class _Link:
         self.last_message_at = 0.0
         self.open_batches: set[Batch] = set()
         self.running = False
+        self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
         self.cls_sent = False
         self.subscription_closed = trio.Event()
 
@@ -147,6 +148,7 @@ class _Link:
     def attach(self, conn: Conn) -> None:
         self.conn = conn
         self.ready = self.in_flight = self.received_since_ready = 0
+        self.ready_refresh_due = False
         self.fresh = True
         self.cls_sent = False
         self.subscription_closed = trio.Event()
@@ -165,11 +167,18 @@ class _Link:
 
     def answer(self, data: bytes, count: int) -> None:
         self.in_flight -= count
+        if self.ready_refresh_due:
+            # The refresh rides with the answers: one send, and it is only useful once
+            # answers free room in the in-flight window anyway.
+            self.ready_refresh_due = False
+            self.received_since_ready = 0
+            data += cmd.rdy(self.ready)
         self.write(data)
 
     def send_ready(self, count: int) -> None:
         self.ready = count
         self.received_since_ready = 0
+        self.ready_refresh_due = False
         self.write(cmd.rdy(count))
 
     def on_messages(self, conn: Conn, messages: list[Message]) -> None:
@@ -185,7 +194,7 @@ class _Link:
             self.fresh = False
             consumer._rebalance()
         elif self.ready and self.received_since_ready >= READY_REFRESH_FRACTION * self.ready:
-            self.send_ready(self.ready)
+            self.ready_refresh_due = True
 
     async def close_subscription(self) -> None:
         """CLS once, and wait for CLOSE_WAIT: every message nsqd sent before it has been

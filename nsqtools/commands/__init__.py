@@ -37,7 +37,12 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-version", message="nsq v%(version)s")
 def group() -> None:
-    """nsqtools: command-line tools for NSQ."""
+    """nsqtools: command-line tools for NSQ.
+
+    Each command is a drop-in replacement for one of NSQ's Go utilities, with the same
+    flags (Go's -flag=value syntax included), defaults and output, and is installed
+    under that Go name too.
+    """
 
 
 def main() -> None:

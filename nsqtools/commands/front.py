@@ -36,7 +36,7 @@ class GoFlagsCommand(click.Command):
     """A click command that also accepts Go's flag syntax."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, go_flags_to_click(self, args))
+        return super().parse_args(ctx, go_flags_to_click(self, args, ctx.resilient_parsing))
 
 
 def _option_spellings(command: click.Command) -> dict[str, tuple[click.Option, str, bool]]:
@@ -51,8 +51,13 @@ def _option_spellings(command: click.Command) -> dict[str, tuple[click.Option, s
     return spellings
 
 
-def go_flags_to_click(command: click.Command, args: Sequence[str]) -> list[str]:
-    """Rewrite Go-style flags into click's spelling; anything else passes unchanged."""
+def go_flags_to_click(
+    command: click.Command, args: Sequence[str], resilient: bool = False
+) -> list[str]:
+    """Rewrite Go-style flags into click's spelling; anything else passes unchanged.
+
+    `resilient` (shell completion) leaves a flag it cannot read as it is, never raising.
+    """
     spellings = _option_spellings(command)
     rewritten: list[str] = []
     remaining = iter(args)
@@ -70,7 +75,12 @@ def go_flags_to_click(command: click.Command, args: Sequence[str]) -> list[str]:
         option, spelling, negative = spellings[match[1]]
         value = match[2]
         if option.is_flag and not option.count:
-            rewritten += _bool_spelling(option, spelling, negative, value)
+            try:
+                rewritten += _bool_spelling(option, spelling, negative, value)
+            except click.UsageError:
+                if not resilient:
+                    raise
+                rewritten.append(arg)
         elif value is None:
             rewritten.append(spelling)
         else:

@@ -140,7 +140,7 @@ def logging_options(tool: str) -> Callable[[F], F]:
             "--log-prefix", default=f"[{tool}] ", show_default=True, help="Log line prefix."
         ),
         click.option(
-            "--no-color", is_flag=True, envvar="NO_COLOR", help="No colors, even on a terminal."
+            "--no-color", is_flag=True, help="No colors, even on a terminal (or set NO_COLOR)."
         ),
         click.option("--debug", is_flag=True, hidden=True, help="Show tracebacks."),
     )

@@ -8,6 +8,7 @@ highlighted on a terminal; every message FIN'd only after its line was written.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 from collections.abc import Sequence
@@ -80,7 +81,8 @@ def _settings(options: dict[str, Any]) -> TailSettings:
         nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd,
         config=build_config(TOOL, options, max_in_flight=max_in_flight),
-        color=not options["no_color"],
+        # NO_COLOR's convention: any non-empty value turns colors off.
+        color=not (options["no_color"] or os.environ.get("NO_COLOR")),
     )
 
 

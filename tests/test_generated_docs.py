@@ -1,0 +1,144 @@
+"""man/ and completions/ match the click commands, the pages are clean roff, and shell
+completion works for the installed programs.
+
+The roff check is pure Python (CI machines need not have groff or man-db): it allows
+only the requests and escapes the generator uses, and catches what groff warns about
+or renders wrong (unknown escapes, text lines taken for requests, non-ASCII input, a
+font left on past its paragraph, blank lines).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nsqtools.commands import docs
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = [program.name for program in docs.programs()]
+BIN = Path(sys.executable).parent  # where the virtual environment installed the programs
+
+SECTIONS = ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ENVIRONMENT", "EXIT STATUS", "SEE ALSO"]
+REQUESTS = {"TH", "SH", "TP", "IP", "PP", "br"}
+ESCAPE = re.compile(r"\\(\[[^\]]*\]|f.|.)")
+ALLOWED_ESCAPE = re.compile(r"-|e|&|f[BIR]|\[u[0-9A-F]{4}\]")
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, str]:
+    return docs.generate()
+
+
+def test_man_and_completions_match_the_commands(generated: dict[str, str]) -> None:
+    drifted = docs.drift(ROOT, generated)
+    listing = "; ".join(f"{name}: {status}" for name, status in drifted.items())
+    assert not drifted, (
+        f"man/ and completions/ drifted from the click definitions ({listing}); "
+        f"run: {docs.REGENERATE}"
+    )
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_man_page_is_clean_roff(program: str, generated: dict[str, str]) -> None:
+    page = generated[f"man/{program}.1"]
+    assert page.startswith(f".TH {program.upper()} 1 ")
+    titles = re.findall(r"^\.SH (.*)$", page, re.MULTILINE)
+    assert [title for title in titles if title in SECTIONS] == SECTIONS, titles
+    assert roff_problems(page) == []
+
+
+def roff_problems(page: str) -> list[str]:
+    """What groff would warn about or render wrong, one line per problem."""
+    problems: list[str] = []
+    font = "R"
+    for number, line in enumerate(page.splitlines(), 1):
+        if line.startswith("."):
+            problems += [f"{number}: {problem}" for problem in _request_problems(line, font)]
+            font = "R"
+            continue
+        problems += [f"{number}: {problem}" for problem in _text_problems(line)]
+        for escape in ESCAPE.findall(line):
+            if not ALLOWED_ESCAPE.fullmatch(escape):
+                problems.append(f"{number}: unknown escape \\{escape}")
+            elif escape in ("fB", "fI", "fR"):
+                font = escape[1]
+    return problems + ([f"end: font \\f{font} never closed"] if font != "R" else [])
+
+
+def _request_problems(line: str, font: str) -> list[str]:
+    name = line[1:].split(" ")[0]
+    problems = [] if name in REQUESTS else [f"unknown request {line!r}"]
+    return problems + ([f"font \\f{font} left on before {line!r}"] if font != "R" else [])
+
+
+def _text_problems(line: str) -> list[str]:
+    checks = {
+        "blank line": not line.strip(),
+        "starts with an apostrophe (a request)": line.startswith("'"),
+        "starts with white space": line[:1].isspace(),
+        "ends with white space": line != line.rstrip(),
+        "non-ASCII input": not line.isascii(),
+        "control character": any(ord(char) < 32 for char in line),
+    }
+    return [f"{problem}: {line!r}" for problem, found in checks.items() if found]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        ".TH X 1\n'quoted\n",
+        ".TH X 1\n\\q\n",
+        ".TH X 1\n\\fBbold\n.PP\n",
+        ".TH X 1\n\n",
+        ".TH X 1\n.XX\n",
+        ".TH X 1\ncaf\u00e9\n",
+    ],
+)
+def test_the_roff_check_catches_mistakes(text: str) -> None:
+    assert roff_problems(text)
+
+
+@pytest.mark.parametrize(
+    ("program", "words", "expected"),
+    [
+        ("nsq_tail", "nsq_tail --to", "--topic"),
+        ("nsq", "nsq t", "tail"),
+        ("nsq", "nsq tail --to", "--topic"),
+    ],
+)
+def test_bash_completion_of_the_installed_program(program: str, words: str, expected: str) -> None:
+    environment = os.environ | {
+        docs.complete_var(program): "bash_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - 1),
+    }
+    result = subprocess.run(
+        [BIN / program], env=environment, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert f"plain,{expected}" in result.stdout.splitlines()
+
+
+def test_the_generated_bash_script_completes_the_installed_program() -> None:
+    script = (
+        "source completions/nsq_tail.bash\n"
+        "COMP_WORDS=(nsq_tail --to); COMP_CWORD=1\n"
+        "_nsq_tail_completion nsq_tail\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    environment = os.environ | {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", "--norc", "-c", script],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr, result.stdout) == (0, "", "--topic\n")
