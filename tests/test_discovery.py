@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -25,6 +23,7 @@ from nsqtools.discovery import (
     topics,
 )
 from nsqtools.testing import Nsqd, Nsqlookupd, TlsFiles
+from nsqtools.testing.httpserver import LocalHttpServer
 from tests.conftest import Cluster, LocalNsq
 
 T = TypeVar("T")
@@ -179,7 +178,7 @@ def test_ipv6_addresses_are_bracketed() -> None:
 # shape, malformed documents, a stall), served by a tiny local HTTP server.
 
 
-class FakeLookupd:
+class FakeLookupd(LocalHttpServer):
     """A local HTTP server answering each path with a fixed status and body.
 
     Stands in for nsqlookupd only where a real one cannot be made to misbehave.
@@ -187,21 +186,9 @@ class FakeLookupd:
     """
 
     def __init__(self, tls: TlsFiles | None = None) -> None:
+        super().__init__(self._route, tls.cert if tls else None, tls.key if tls else None)
         self.answers: dict[str, tuple[int, bytes]] = {}
         self.request_headers: list[dict[str, str]] = []
-        self.scheme = "http"
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        if tls is not None:
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            context.load_cert_chain(tls.cert, tls.key)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-            self.scheme = "https"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host!s}:{port}"
 
     def answer(self, path: str, document: Any, status: int = 200) -> None:
         self.answer_raw(path, json.dumps(document).encode(), status)
@@ -209,32 +196,11 @@ class FakeLookupd:
     def answer_raw(self, path: str, body: bytes, status: int = 200) -> None:
         self.answers[path] = (status, body)
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                fake.request_headers.append(dict(self.headers))
-                path = self.path.partition("?")[0]
-                status, body = fake.answers.get(path, (404, b'{"message":"NOT_FOUND"}'))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Quiet: tests read `request_headers` instead."""
-
-        return Handler
-
-    def __enter__(self) -> FakeLookupd:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def _route(
+        self, path: str, query: dict[str, str], headers: Mapping[str, str]
+    ) -> tuple[int, bytes]:
+        self.request_headers.append(dict(headers))
+        return self.answers.get(path, (404, b'{"message":"NOT_FOUND"}'))
 
 
 @pytest.fixture

@@ -9,19 +9,17 @@ into E_AUTH_FAILED. Every query is recorded so tests can check what nsqd asked.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
+
+from nsqtools.testing.httpserver import LocalHttpServer
 
 ALL_RIGHTS: list[dict[str, Any]] = [
     {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}
 ]
 
 
-class AuthService:
+class AuthService(LocalHttpServer):
     """Answers nsqd's auth queries from a table of secret → identity."""
 
     def __init__(
@@ -30,17 +28,19 @@ class AuthService:
         authorizations: list[dict[str, Any]] | None = None,
         ttl: int = 3600,
     ) -> None:
+        super().__init__(self._route)
         self.identities = dict(identities)
         self.authorizations = authorizations if authorizations is not None else ALL_RIGHTS
         self.ttl = ttl
         self.queries: list[dict[str, str]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    @property
-    def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host!s}:{port}"
+    def _route(
+        self, path: str, query: dict[str, str], headers: Mapping[str, str]
+    ) -> tuple[int, bytes]:
+        if path != "/auth":
+            return 404, b'{"message": "NOT_FOUND"}'
+        status, document = self.answer(query)
+        return status, json.dumps(document).encode()
 
     def answer(self, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
         self.queries.append(query)
@@ -53,46 +53,3 @@ class AuthService:
             "identity_url": f"https://auth.example/{identity}",
             "authorizations": self.authorizations,
         }
-
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                url = urlsplit(self.path)
-                if url.path != "/auth":
-                    self.send_error(404)
-                    return
-                query = {key: values[0] for key, values in parse_qs(url.query).items()}
-                status, document = service.answer(query)
-                body = json.dumps(document).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Quiet: tests read `queries` instead of the request log."""
-
-        return Handler
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
