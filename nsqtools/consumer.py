@@ -17,6 +17,7 @@ No printing and no click here: errors are NsqError subclasses with one-line mess
 from __future__ import annotations
 
 import logging
+import operator
 import random
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -48,6 +49,7 @@ CLOSE_WAIT_TIMEOUT = 5.0
 READY_REFRESH_FRACTION = 0.75
 
 GiveUpHook = Callable[[Message], None]
+_attempts = operator.attrgetter("attempts")
 # Configuration problems: retrying cannot fix them, so they end the consumer.
 FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse)
 
@@ -55,18 +57,21 @@ FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse)
 class Batch:
     """Messages from one connection's read, answered together or one by one."""
 
-    __slots__ = ("_answered", "_link", "messages")
+    __slots__ = ("_answered", "_done", "_link", "messages")
 
     def __init__(self, link: _Link, messages: list[Message]) -> None:
         self._link = link
         self.messages = messages
         self._answered: set[bytes] | None = None  # ids answered one by one, if any
+        self._done = False  # every message answered
 
     @property
     def nsqd_address(self) -> str:
         return self._link.address
 
     def unanswered(self) -> list[Message]:
+        if self._done:
+            return []
         if self._answered is None:
             return self.messages
         return [message for message in self.messages if message.id not in self._answered]
@@ -104,15 +109,18 @@ class Batch:
 
     def _take(self, messages: Sequence[Message] | None) -> list[bytes]:
         """Mark messages answered and return the ids that were not answered before."""
+        if self._done:
+            return []
         if messages is None or (self._answered is None and len(messages) == len(self.messages)):
             ids = [message.id for message in self.unanswered()]
-            self._answered = {message.id for message in self.messages}
+            self._done = True  # the usual case: no set of ids to build
         else:
             answered = self._answered if self._answered is not None else set()
             ids = [message.id for message in messages if message.id not in answered]
             answered.update(ids)
             self._answered = answered
-        if len(self._answered) == len(self.messages):
+            self._done = len(answered) == len(self.messages)
+        if self._done:
             self._link.open_batches.discard(self)
         return ids
 
@@ -299,7 +307,7 @@ class Consumer:
 
     def _accept(self, link: _Link, messages: list[Message]) -> None:
         max_attempts = self.config.max_attempts
-        if max_attempts and any(message.attempts > max_attempts for message in messages):
+        if max_attempts and max(map(_attempts, messages)) > max_attempts:
             messages = self._give_up_exhausted(link, messages, max_attempts)
         if self._stopping or self._limit_reached():
             Batch(link, messages).requeue(delay=0, backoff=False)

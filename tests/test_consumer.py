@@ -199,18 +199,21 @@ async def test_limit_delivers_exactly_n_and_requeues_the_rest(nsqd: Nsqd) -> Non
 
 
 async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
-    nsqd.publish_many(TOPIC, bodies("starve", 20))
+    nsqd.publish_many(TOPIC, bodies("starve", 10))
     config = make_config(max_in_flight=10)
     address = [nsqd.tcp_address]
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
-        held = []
+        assert not consumer.is_starved()
+        batches = aiter(consumer)
+        taken = [await anext(batches)]
+        # Starved once the whole window (RDY 10) is in flight, taken or still queued.
         with trio.fail_after(10):
-            async for batch in consumer:
-                held.append(batch)
-                if consumer.is_starved():
-                    break
-        assert sum(len(batch.messages) for batch in held) >= 9
-        for batch in held:
+            while not consumer.is_starved():
+                await trio.sleep(0.01)
+        assert channel(nsqd)["in_flight_count"] == 10
+        while sum(len(batch.messages) for batch in taken) < 10:
+            taken.append(await anext(batches))
+        for batch in taken:
             batch.finish()
         assert not consumer.is_starved()
 
