@@ -163,3 +163,32 @@ def test_version() -> None:
     result = to_nsq("-version")
     assert result.returncode == 0
     assert result.stdout.decode().startswith("to_nsq v")
+
+
+def test_progress_line_on_a_terminal(nsqd: Nsqd) -> None:
+    """With stderr on a terminal, to_nsq shows how many records were published."""
+    import os
+    import pty
+    import select
+    import time
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=progress"],
+        stdin=subprocess.PIPE,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    assert process.stdin is not None
+    process.stdin.write(b"line\n" * 1000)
+    process.stdin.flush()
+    shown, deadline = b"", time.monotonic() + 10
+    while b"1,000 published" not in shown:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"no progress line on the terminal: {shown!r}"
+        if select.select([controller], [], [], remaining)[0]:
+            shown += os.read(controller, 4096)
+    process.stdin.close()
+    assert process.wait(timeout=15) == 0
+    os.close(controller)
+    assert b"0 failed" in shown

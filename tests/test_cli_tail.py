@@ -313,3 +313,29 @@ def test_json_is_highlighted_on_a_terminal_and_markup_is_never_applied(nsqd: Nsq
     plain = run_on_a_terminal([*args, "--channel=plain"], {**env, "NO_COLOR": "1"})
     assert b"\x1b[" not in plain
     assert plain.replace(b"\r\n", b"\n") == b'{"key": "value", "n": 1}\n[bold]not markup[/bold]\n'
+
+
+def test_addresses_from_the_environment(cluster: Cluster) -> None:
+    cluster.nsqd.publish_many(TOPIC, [b"from env"])
+    env = {**os.environ, "NSQ_LOOKUPD_HTTP_ADDRESS": cluster.lookupd.http_address}
+    assert nsq_tail(f"--topic={TOPIC}", "-n", "1", env=env).stdout == b"from env\n"
+    env = {**os.environ, "NSQ_NSQD_TCP_ADDRESS": cluster.nsqd.tcp_address}
+    cluster.nsqd.publish_many(TOPIC, [b"again"])
+    assert nsq_tail(f"--topic={TOPIC}", "-n", "1", env=env).stdout == b"again\n"
+
+
+def test_debug_shows_the_traceback() -> None:
+    result = nsq_tail("--topic=t", "--nsqd-tcp-address=127.0.0.1:1", "--debug")
+    assert result.returncode == 1
+    assert b"Traceback (most recent call last)" in result.stderr
+    assert result.stderr.decode().splitlines()[-1].startswith("nsq_tail: error: cannot connect")
+
+
+def test_log_prefix_and_level(nsqd: Nsqd) -> None:
+    nsqd.create_channels(TOPIC, "a", "b")
+    nsqd.publish(TOPIC, b"x")
+    base = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "1"]
+    logged = nsq_tail(*base, "--channel=a", "--log-prefix=[mine] ", "--log-level=info").stderr
+    assert logged.decode().splitlines()[0].startswith("[mine] ")
+    assert " INFO: " in logged.decode()
+    assert nsq_tail(*base, "--channel=b", "--log-level=warn").stderr == b""
