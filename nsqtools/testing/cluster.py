@@ -21,12 +21,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
 from nsqtools.testing.binaries import find_binary
+from nsqtools.testing.lifetime import StartsAndStops
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
@@ -66,7 +66,7 @@ class NsqProcessError(RuntimeError):
     """An NSQ process failed to start; the message carries the tail of its log."""
 
 
-class NsqProcess:
+class NsqProcess(StartsAndStops):
     """One NSQ daemon: its command line, log file, listening addresses and lifetime."""
 
     binary_name = ""
@@ -177,18 +177,6 @@ class NsqProcess:
         """Stop and start again on the same ports with the same data."""
         self.stop()
         self.start(timeout)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"

@@ -12,14 +12,15 @@ import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from nsqtools.testing.lifetime import StartsAndStops
 
 Route = Callable[[str, dict[str, str], Mapping[str, str]], tuple[int, bytes]]
 
 
-class LocalHttpServer:
+class LocalHttpServer(StartsAndStops):
     def __init__(
         self, route: Route, tls_cert: Path | None = None, tls_key: Path | None = None
     ) -> None:
@@ -44,18 +45,6 @@ class LocalHttpServer:
         if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _handler_for(route: Route) -> type[BaseHTTPRequestHandler]:
