@@ -249,8 +249,9 @@ async def tail(settings: TailSettings) -> None:
 def _within_budget(batch: Batch, budget: _Budget) -> list[Message]:
     """The messages of the batch still within -n; the rest go back to nsqd at once."""
     granted = budget.take(len(batch.messages))
-    if granted < len(batch.messages):
-        batch.requeue(batch.messages[granted:], delay=0, backoff=False)
+    if granted == len(batch.messages):
+        return batch.messages
+    batch.requeue(batch.messages[granted:], delay=0, backoff=False)
     return batch.messages[:granted]
 
 

@@ -181,17 +181,19 @@ class Conn:
         silence_limit = 2 * interval if interval > 0 else math.inf
         try:
             self._dispatch(self._decoder.feed(b""))  # frames that came with the set-up
-            while True:
-                with trio.move_on_after(silence_limit):
+            # One scope whose deadline moves after every read: cheaper on the hot path
+            # than a new timeout scope per read.
+            with trio.CancelScope() as watchdog:
+                while True:
+                    watchdog.deadline = trio.current_time() + silence_limit
                     data = await self._stream.receive_some(RECEIVE_SIZE)
                     if not data:
                         raise ConnectionClosed(f"{self.address} closed the connection")
                     self._dispatch(self._decoder.feed(data))
-                    continue
-                raise ConnectionClosed(
-                    f"{self.address} sent nothing for {format_duration(silence_limit)}: "
-                    "connection presumed dead"
-                )
+            raise ConnectionClosed(
+                f"{self.address} sent nothing for {format_duration(silence_limit)}: "
+                "connection presumed dead"
+            )
         except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
             self._end(error)
 
