@@ -67,9 +67,9 @@ def run_ours(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
             TOPIC, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address], limit=count
         ) as consumer:
             async for batch in consumer:
-                os.write(devnull, b"\n".join([message.body for message in batch.messages]) + b"\n")
+                os.write(devnull, b"\n".join(batch.bodies) + b"\n")
                 batch.finish()
-                received += len(batch.messages)
+                received += len(batch)
         elapsed = time.perf_counter() - started
         os.close(devnull)
         assert received == count, received

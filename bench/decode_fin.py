@@ -37,8 +37,8 @@ def one_run(chunks: list[bytes]) -> tuple[int, float]:
     for chunk in chunks:
         for event in decoder.feed(chunk):
             if type(event) is MessageBatch:
-                answers = commands.fin_many([message.id for message in event.messages])
-                decoded += len(event.messages)
+                answers = commands.fin_many(event.ids)
+                decoded += len(event)
     elapsed = time.perf_counter() - started
     assert answers.startswith(b"FIN ")
     return decoded, elapsed

@@ -51,11 +51,12 @@ def iso_timestamp(nanoseconds: int) -> str:
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{fraction:09d}Z"
 
 
-def raw_lines(messages: Sequence[Message], prefix: bytes = b"") -> bytes:
-    """`body\\n` per message, each after `prefix` (b"topic | " for --print-topic)."""
+def raw_lines(bodies: Sequence[bytes], prefix: bytes = b"") -> bytes:
+    """`body` and a newline per message, each after `prefix` (b"topic | " for
+    --print-topic)."""
     if prefix:
-        return b"".join([prefix + message.body + b"\n" for message in messages])
-    return b"\n".join([message.body for message in messages]) + b"\n"
+        return b"".join([prefix + body + b"\n" for body in bodies])
+    return b"\n".join(bodies) + b"\n"
 
 
 def json_lines(messages: Sequence[Message], origin: Origin) -> bytes:

@@ -19,7 +19,7 @@ import trio
 
 from nsqtools.config import ClientConfig
 from nsqtools.errors import AuthError, ConnectError, ConnectionClosed, NsqErrorResponse, TlsError
-from nsqtools.protocol import Message, commands
+from nsqtools.protocol import Message, MessageBatch, commands
 from nsqtools.testing import Nsqd, TlsFiles
 from nsqtools.transport import Conn, open_connection
 from nsqtools.transport.tls import client_context
@@ -40,8 +40,8 @@ class Inbox:
         self.messages: list[Message] = []
         self._arrived = trio.Event()
 
-    def __call__(self, conn: Conn, messages: list[Message]) -> None:
-        self.messages.extend(messages)
+    def __call__(self, conn: Conn, received: MessageBatch) -> None:
+        self.messages.extend(received.messages)
         self._arrived.set()
 
     async def wait_for(self, count: int, timeout: float = 10) -> list[Message]:

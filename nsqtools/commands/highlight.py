@@ -13,16 +13,14 @@ from rich.console import Console
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
-from nsqtools.protocol import Message
-
 _console = Console(force_terminal=True, highlight=False, markup=False, soft_wrap=True)
 _highlighter = JSONHighlighter()
 
 
-def highlighted_lines(messages: Sequence[Message], prefix: bytes = b"") -> bytes:
+def highlighted_lines(bodies: Sequence[bytes], prefix: bytes = b"") -> bytes:
     with _console.capture() as capture:
-        for message in messages:
-            _console.print(_line(message.body, prefix))
+        for body in bodies:
+            _console.print(_line(body, prefix))
     return capture.get().encode()
 
 

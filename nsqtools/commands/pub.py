@@ -21,6 +21,7 @@ from nsqtools.commands.front import (
     configure_logging,
     fail,
     run,
+    tune_gc_for_throughput,
     version_option,
 )
 from nsqtools.commands.options import (
@@ -89,6 +90,7 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
     configure_logging(options["log_level"], options["log_prefix"])
     import trio
 
+    tune_gc_for_throughput()
     trio.run(publish, files or (Path("-"),), topic, addresses, config, delimiter, options)
 
 

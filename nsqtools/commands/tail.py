@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands.front import GoFlagsCommand, configure_logging, run, version_option
+from nsqtools.commands.front import (
+    GoFlagsCommand,
+    configure_logging,
+    run,
+    tune_gc_for_throughput,
+    version_option,
+)
 from nsqtools.commands.options import (
     check_addresses,
     check_one_address_kind,
@@ -30,7 +36,6 @@ from nsqtools.commands.options import (
 if TYPE_CHECKING:
     from nsqtools.config import ClientConfig
     from nsqtools.consumer import Batch, Consumer
-    from nsqtools.protocol import Message
 
 TOOL = "nsq_tail"
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -138,6 +143,7 @@ def command(**options: Any) -> None:
     configure_logging(options["log_level"], options["log_prefix"])
     import trio
 
+    tune_gc_for_throughput()
     trio.run(tail, settings)
 
 
@@ -155,20 +161,23 @@ class _Renderer:
         )
         self.highlight = terminal and settings.color and settings.output_format == "raw"
 
-    def render(self, messages: Sequence[Message], topic: str, nsqd: str) -> bytes:
+    def render(self, batch: Batch, count: int, topic: str) -> bytes:
+        """The lines for the first `count` messages of the batch."""
         from nsqtools import formats
 
-        origin = formats.Origin(topic, self.settings.channel, nsqd)
-        if self.template is not None:
-            return self.template.lines(messages, origin)
-        if self.settings.output_format == "json":
+        if self.template is not None or self.settings.output_format == "json":
+            origin = formats.Origin(topic, self.settings.channel, batch.nsqd_address)
+            messages = batch.messages[:count]
+            if self.template is not None:
+                return self.template.lines(messages, origin)
             return formats.json_lines(messages, origin)
+        bodies = batch.bodies if count == len(batch) else batch.bodies[:count]
         prefix = f"{topic} | ".encode() if self.settings.print_topic else b""
         if self.highlight:
             from nsqtools.commands.highlight import highlighted_lines
 
-            return highlighted_lines(messages, prefix)
-        return formats.raw_lines(messages, prefix)
+            return highlighted_lines(bodies, prefix)
+        return formats.raw_lines(bodies, prefix)
 
 
 class _Budget:
@@ -205,18 +214,16 @@ async def tail(settings: TailSettings) -> None:
     async def show(consumer: Consumer, consumers: list[Consumer]) -> None:
         nonlocal pipe_closed
         async for batch in consumer:
-            messages = _within_budget(batch, budget)
+            shown = _within_budget(batch, budget)
             try:
-                if messages:
-                    await writer.write(
-                        renderer.render(messages, consumer.topic, batch.nsqd_address)
-                    )
+                if shown:
+                    await writer.write(renderer.render(batch, shown, consumer.topic))
             except PipeClosed:
                 pipe_closed = True
                 batch.requeue(delay=0, backoff=False)
                 _stop_all(consumers)
                 return
-            batch.finish(messages)
+            batch.finish()  # the ones shown: any past -n went back already
             if budget.spent:
                 _stop_all(consumers)
 
@@ -246,13 +253,12 @@ async def tail(settings: TailSettings) -> None:
         silence_stdout()
 
 
-def _within_budget(batch: Batch, budget: _Budget) -> list[Message]:
-    """The messages of the batch still within -n; the rest go back to nsqd at once."""
-    granted = budget.take(len(batch.messages))
-    if granted == len(batch.messages):
-        return batch.messages
-    batch.requeue(batch.messages[granted:], delay=0, backoff=False)
-    return batch.messages[:granted]
+def _within_budget(batch: Batch, budget: _Budget) -> int:
+    """How many of the batch's messages are still within -n; the rest go back at once."""
+    granted = budget.take(len(batch))
+    if granted < len(batch):
+        batch.requeue(batch.messages[granted:], delay=0, backoff=False)
+    return granted
 
 
 def _stop_all(consumers: Sequence[Consumer]) -> None:

@@ -12,7 +12,9 @@ RemoteProtocolError; after that error the decoder stays broken.
 
 from __future__ import annotations
 
+import operator
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -99,11 +101,63 @@ class ErrorFrame:
         return f"{self.code} {self.message}".rstrip()
 
 
-@dataclass(slots=True)
-class MessageBatch:
-    """Consecutive messages from one chunk of input, in arrival order."""
+# A message's header as the decoder reads it: (frame size, frame type, timestamp,
+# attempts, id); the body is kept beside it.
+Header = tuple[int, int, int, int, bytes]
+_ATTEMPTS = operator.itemgetter(3)
 
-    messages: list[Message]
+
+class MessageBatch:
+    """Consecutive messages from one chunk of input, in arrival order.
+
+    The decoder keeps each header as read and the body beside it; Message objects are
+    made only when `messages` is read, so a consumer that needs only ids and bodies
+    (raw output, FINs) never pays for them.
+    """
+
+    __slots__ = ("_headers", "_messages", "bodies")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._headers: list[Header] = []
+        self.bodies: list[bytes] = []
+        self._messages: list[Message] | None = None
+        for message in messages:
+            self._add(message)
+
+    def _add(self, message: Message) -> None:
+        self._headers.append((0, FRAME_MESSAGE, message.timestamp, message.attempts, message.id))
+        self.bodies.append(message.body)
+        self._messages = None
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    @property
+    def ids(self) -> list[bytes]:
+        return [header[4] for header in self._headers]
+
+    @property
+    def max_attempts(self) -> int:
+        return max(map(_ATTEMPTS, self._headers), default=0)
+
+    @property
+    def messages(self) -> list[Message]:
+        if self._messages is None:
+            self._messages = [
+                Message(header[4], header[2], header[3], body)
+                for header, body in zip(self._headers, self.bodies, strict=True)
+            ]
+        return self._messages
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageBatch):
+            return NotImplemented
+        return self.messages == other.messages
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __repr__(self) -> str:
+        return f"MessageBatch({self.messages!r})"
 
 
 HEARTBEAT: Final = Heartbeat()
@@ -125,28 +179,25 @@ class FrameDecoder:
         buffer = self._buffer + data if self._buffer else bytes(data)
         size = len(buffer)
         events: list[Event] = []
-        batch: list[Message] | None = None
+        batch: MessageBatch | None = None
+        headers: list[Header] = []
+        bodies: list[bytes] = []
         pos = 0
         unpack_message = _MESSAGE_HEADER.unpack_from
         max_frame_size = self.max_frame_size
         while True:
             if size - pos >= _MESSAGE_PREFIX:
-                frame_size, frame_type, timestamp, attempts, message_id = unpack_message(
-                    buffer, pos
-                )
-                if (
-                    frame_type == FRAME_MESSAGE
-                    and _MESSAGE_MIN_SIZE <= frame_size <= max_frame_size
-                ):
-                    end = pos + 4 + frame_size
+                header = unpack_message(buffer, pos)
+                if header[1] == FRAME_MESSAGE and _MESSAGE_MIN_SIZE <= header[0] <= max_frame_size:
+                    end = pos + 4 + header[0]
                     if end > size:
                         break
-                    message = Message(message_id, timestamp, attempts, buffer[pos + 34 : end])
                     if batch is None:
-                        batch = [message]
-                        events.append(MessageBatch(batch))
-                    else:
-                        batch.append(message)
+                        batch = MessageBatch()
+                        headers, bodies = batch._headers, batch.bodies
+                        events.append(batch)
+                    headers.append(header)
+                    bodies.append(buffer[pos + 34 : end])
                     pos = end
                     continue
             event, end = self._frame_at(buffer, pos)
@@ -155,9 +206,10 @@ class FrameDecoder:
             pos = end
             if isinstance(event, Message):
                 if batch is None:
-                    batch = []
-                    events.append(MessageBatch(batch))
-                batch.append(event)
+                    batch = MessageBatch()
+                    headers, bodies = batch._headers, batch.bodies
+                    events.append(batch)
+                batch._add(event)
             else:
                 batch = None
                 events.append(event)

@@ -45,7 +45,6 @@ from nsqtools.protocol import (
     Heartbeat,
     IdentifyRequest,
     IdentifyResponse,
-    Message,
     MessageBatch,
     ProtocolError,
     RemoteProtocolError,
@@ -61,7 +60,7 @@ RECEIVE_SIZE = 256 * 1024
 # Above this many queued bytes, wait_writable() makes a producer wait for the writer.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
-MessageSink = Callable[["Conn", list[Message]], None]
+MessageSink = Callable[["Conn", MessageBatch], None]
 ErrorSink = Callable[["Conn", ErrorFrame], None]
 
 
@@ -202,7 +201,7 @@ class Conn:
             if type(event) is MessageBatch:
                 if self._on_messages is None:
                     raise RemoteProtocolError(f"{self.address} sent a message before any SUB")
-                self._on_messages(self, event.messages)
+                self._on_messages(self, event)
             elif type(event) is Heartbeat:
                 self.write(commands.NOP)
             elif type(event) is Response:
