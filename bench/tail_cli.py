@@ -5,7 +5,11 @@
   - first: wall time from start to exit of `nsq_tail -n 1` with one message waiting.
 Each on the same nsqd, alternating Go and ours, medians of several runs.
 
-    .venv/bin/python bench/tail_cli.py [--messages N] [--runs R]
+With --placement it measures instead how our drain depends on sharing a core with
+nsqd (on a 2-core machine the scheduler decides run by run): nsqd pinned to CPU 0,
+ours pinned to CPU 1, then to CPU 0, then unpinned.
+
+    .venv/bin/python bench/tail_cli.py [--messages N] [--runs R] [--placement]
 """
 
 from __future__ import annotations
@@ -98,15 +102,39 @@ def first_message(nsqd: Nsqd, runs: int) -> None:
         )
 
 
+def placement(nsqd: Nsqd, runs: int, count: int) -> None:
+    subprocess.run(
+        ["taskset", "-a", "-p", "-c", "0", str(nsqd.pid)], capture_output=True, check=True
+    )
+    rates: dict[str, list[float]] = {"other core": [], "same core": [], "unpinned": []}
+    for run in range(runs):
+        for name, cpus in (("other core", "1"), ("same core", "0"), ("unpinned", "0,1")):
+            channel = f"{name.replace(' ', '-')}{run}"
+            nsqd.create_channels(TOPIC, channel)
+            nsqd.publish_many(TOPIC, (b"%08d" % index + BODY for index in range(count)))
+            argv = [OURS, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}"]
+            elapsed, _ = timed(
+                ["taskset", "-c", cpus, *argv, f"--channel={channel}", f"-n={count}"]
+            )
+            rates[name].append(count / elapsed)
+            nsqd.delete_topic(TOPIC)
+    for name, values in rates.items():
+        print(f"ours, nsqd on CPU 0, {name:>10}: median {statistics.median(values):,.0f} msg/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--placement", action="store_true", help="measure core sharing only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp:
         queue = f"--mem-queue-size={2 * args.messages + 10}"
         with Nsqd(Path(tmp) / "nsqd", extra_args=[queue]) as nsqd:
             assert isinstance(nsqd, Nsqd)
+            if args.placement:
+                placement(nsqd, args.runs, args.messages)
+                return
             version(max(10, args.runs))
             first_message(nsqd, max(10, args.runs))
             drain(nsqd, args.runs, args.messages)
