@@ -21,6 +21,9 @@ import click
 
 from nsqtools import __version__
 
+# click settings every command shares: Go's -h as well as --help, readable help width.
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nsqtools.commands.front import (
+    CONTEXT_SETTINGS,
     GoFlagsCommand,
     configure_logging,
     fail,
@@ -37,11 +38,10 @@ if TYPE_CHECKING:
     from nsqtools.producer import Producer
 
 TOOL = "to_nsq"
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PROGRESS_INTERVAL = 0.5
 
 
-@click.command("pub", cls=GoFlagsCommand, context_settings=CONTEXT)
+@click.command("pub", cls=GoFlagsCommand, context_settings=CONTEXT_SETTINGS)
 @click.argument(
     "files",
     nargs=-1,

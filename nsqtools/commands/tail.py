@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nsqtools.commands.front import (
+    CONTEXT_SETTINGS,
     GoFlagsCommand,
     configure_logging,
     run,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from nsqtools.consumer import Batch, Consumer
 
 TOOL = "nsq_tail"
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @dataclass
@@ -102,7 +102,7 @@ def _check_format(output_format: str) -> None:
         raise click.UsageError(f"--format: {error}") from None
 
 
-@click.command("tail", cls=GoFlagsCommand, context_settings=CONTEXT)
+@click.command("tail", cls=GoFlagsCommand, context_settings=CONTEXT_SETTINGS)
 @click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
 @click.option("--channel", help="NSQ channel  [default: tail<6 random digits>#ephemeral]")
 @click.option(
