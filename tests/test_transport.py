@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -246,19 +245,9 @@ async def test_heartbeats_keep_a_slow_consumer_connected(nsqd: Nsqd) -> None:
         assert await conn.request(commands.pub(TOPIC, b"still here")) == b"OK"
 
 
-@pytest.fixture
-def frozen(nsqd: Nsqd) -> Iterator[Nsqd]:
-    """An nsqd that will be stopped with SIGSTOP during the test; always continued after."""
-    try:
-        yield nsqd
-    finally:
-        os.kill(nsqd.pid, signal.SIGCONT)
-
-
-async def test_a_silent_nsqd_is_declared_dead(frozen: Nsqd) -> None:
-    async with open_connection(frozen.tcp_address, make_config(heartbeat_interval=1.0)) as conn:
-        os.kill(frozen.pid, signal.SIGSTOP)
-        with trio.fail_after(10):
+async def test_a_silent_nsqd_is_declared_dead(nsqd: Nsqd) -> None:
+    async with open_connection(nsqd.tcp_address, make_config(heartbeat_interval=1.0)) as conn:
+        with nsqd.frozen(), trio.fail_after(10):
             await conn.wait_closed()
         assert isinstance(conn.error, ConnectionClosed)
         assert "connection presumed dead" in str(conn.error)

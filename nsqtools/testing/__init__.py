@@ -1,8 +1,9 @@
 """Real NSQ for tests, demos and benchmarks.
 
-This package owns starting and stopping real nsqd and nsqlookupd processes built by
-scripts/install-nsq, the small AUTH service nsqd can be pointed at, and running the Go
-reference utilities side by side with ours. Nothing here fakes NSQ.
+This package owns starting, stopping, killing and freezing real nsqd and nsqlookupd
+processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
+running the Go reference utilities side by side with ours, and the faults every tool's
+tests reuse (a throttled, silent or cut link: proxy.py). Nothing here fakes NSQ.
 """
 
 from nsqtools.testing.binaries import NsqNotInstalled, find_binary, run_go_tool
@@ -14,8 +15,10 @@ from nsqtools.testing.cluster import (
     TlsFiles,
     wait_until,
 )
+from nsqtools.testing.proxy import LinkProxy
 
 __all__ = [
+    "LinkProxy",
     "NsqNotInstalled",
     "NsqProcess",
     "NsqProcessError",

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,11 @@ class NsqProcess(StartsAndStops):
         return self._process is not None and self._process.poll() is None
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start the process and wait until it listens and answers /ping.
+
+        It dies with the thread that starts it (so no test leaves one behind): restart a
+        process from a thread that outlives it, such as the test's own.
+        """
         if self.is_running():
             raise RuntimeError(f"{self.name} is already running")
         argv = [str(find_binary(self.binary_name)), *self.arguments()]
@@ -161,12 +168,31 @@ class NsqProcess(StartsAndStops):
         """Stop at once, as a crash would (SIGKILL): nsqd persists nothing."""
         self._end(signal.SIGKILL, STOP_TIMEOUT)
 
+    def freeze(self) -> None:
+        """Stop the process without ending it (SIGSTOP): its sockets stay open, silent."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """Let a frozen process run again (SIGCONT); harmless when it is not frozen."""
+        if self.is_running():
+            os.kill(self.pid, signal.SIGCONT)
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Frozen for the body of the block, and thawed however it ends."""
+        self.freeze()
+        try:
+            yield
+        finally:
+            self.thaw()
+
     def _end(self, sig: signal.Signals, timeout: float) -> None:
         process, self._process = self._process, None
         _live.discard(self)
         if process is None or process.poll() is not None:
             return
         process.send_signal(sig)
+        process.send_signal(signal.SIGCONT)  # a frozen process handles nothing else
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
