@@ -9,16 +9,21 @@ Afterwards the reader task decodes frames, answers heartbeats with NOP at once,
 passes message batches to a sink that must not block (so a slow application never
 delays a heartbeat: RDY bounds what can pile up), matches responses to requests in
 FIFO order, and declares the connection dead after two heartbeat intervals of silence.
-One writer task sends everything queued since its last send in one call. No RDY
-policy lives here: that is the consumer's.
+One writer task sends everything queued since its last send; it fails the connection
+only when the socket takes nothing for write_timeout while nsqd owes no answer (a slow
+link that still moves is not a failure). No RDY policy lives here: that is the
+consumer's.
 """
 
 from __future__ import annotations
 
+import array
+import fcntl
 import logging
 import math
 import os
 import ssl
+import termios
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -59,20 +64,23 @@ log = logging.getLogger("nsqtools.transport")
 RECEIVE_SIZE = 256 * 1024
 # Above this many queued bytes, wait_writable() makes a producer wait for the writer.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+# The writer hands the socket at most this much at a time, so that it sees progress.
+WRITE_CHUNK = 64 * 1024
 
 MessageSink = Callable[["Conn", MessageBatch], None]
 ErrorSink = Callable[["Conn", ErrorFrame], None]
+# Told a request's answer: the response, or the error (an error frame, or the close).
+AnswerSink = Callable[[bytes, NsqError | None], None]
 
 
 class _Pending:
     """A request waiting for its answer, in send order."""
 
-    __slots__ = ("done", "error", "response")
+    __slots__ = ("on_answer", "written_by")
 
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.response: bytes = b""
-        self.error: BaseException | None = None
+    def __init__(self, written_by: int, on_answer: AnswerSink) -> None:
+        self.written_by = written_by  # the request is sent once this many bytes are
+        self.on_answer = on_answer
 
 
 class Conn:
@@ -102,6 +110,13 @@ class Conn:
         self._outgoing: list[bytes] = []
         self._outgoing_size = 0
         self._sending = False
+        self._bytes_queued = 0  # every byte ever given to write()
+        self._bytes_sent = 0  # every byte the socket has taken
+        self._last_progress = 0.0  # when the socket last took bytes, or an answer came
+        self._send_scope: trio.CancelScope | None = None  # the send under way
+        self._send_began = trio.Event()
+        self._moved = trio.Event()  # set when the send under way makes progress
+        self._tcp_socket = _tcp_socket(stream)
         # A plain TCP stream's socket, written to directly when nothing is queued.
         self._raw_fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
         self._writer_wakeup = trio.Event()
@@ -120,6 +135,7 @@ class Conn:
         never blocks. Raises if the connection closed."""
         if self._closed.is_set():
             raise self._closed_error()
+        self._bytes_queued += len(data)
         if self._raw_fd is not None and not self._outgoing and not self._sending:
             # A FIN sent now, not after a hop through the writer task, lets nsqd refill
             # the in-flight window sooner. Errors are left for the writer to report.
@@ -127,6 +143,7 @@ class Conn:
                 sent = os.write(self._raw_fd, data)
             except OSError:
                 sent = 0
+            self._bytes_sent += sent
             if sent == len(data):
                 return
             data = data[sent:]
@@ -134,19 +151,31 @@ class Conn:
         self._outgoing_size += len(data)
         self._writer_wakeup.set()
 
-    async def request(self, data: bytes) -> bytes:
-        """Send a command that nsqd answers (SUB, PUB, MPUB, DPUB, CLS) and return the answer.
+    def send_request(self, data: bytes, on_answer: AnswerSink) -> None:
+        """Send a command that nsqd answers (SUB, PUB, MPUB, DPUB, CLS); never blocks.
 
-        Many requests may be in flight; answers are matched in order. An error frame
-        raises NsqErrorResponse; a connection that ends first raises ConnectionClosed.
+        on_answer gets the answer, or the error (NsqErrorResponse for an error frame,
+        ConnectionClosed when the connection ends first), called from the reader task in
+        the order the requests were sent; it must not block. Raises if closed already.
         """
-        pending = _Pending()
         self.write(data)
-        self._pending.append(pending)
-        await pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
-        return pending.response
+        self._pending.append(_Pending(self._bytes_queued, on_answer))
+
+    async def request(self, data: bytes) -> bytes:
+        """send_request(), then wait for the answer: return it, or raise the error."""
+        answered = trio.Event()
+        answer: list[tuple[bytes, NsqError | None]] = []
+
+        def on_answer(response: bytes, error: NsqError | None) -> None:
+            answer.append((response, error))
+            answered.set()
+
+        self.send_request(data, on_answer)
+        await answered.wait()
+        response, error = answer[0]
+        if error is not None:
+            raise error
+        return response
 
     async def wait_writable(self) -> None:
         """Wait while more than WRITE_HIGH_WATER bytes are queued (producer back-pressure)."""
@@ -173,6 +202,7 @@ class Conn:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._watch_sends)
 
     async def _read_loop(self) -> None:
         # Without heartbeats there is no traffic to expect, so no deadline.
@@ -198,6 +228,8 @@ class Conn:
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
+            if self._closed.is_set():
+                return  # a fatal error frame ended it: nothing after it counts
             if type(event) is MessageBatch:
                 if self._on_messages is None:
                     raise RemoteProtocolError(f"{self.address} sent a message before any SUB")
@@ -209,12 +241,12 @@ class Conn:
             elif type(event) is ErrorFrame:
                 self._error_frame(event)
 
-    def _answer(self, response: bytes, error: BaseException | None) -> None:
+    def _answer(self, response: bytes, error: NsqError | None) -> None:
         if not self._pending:
             raise RemoteProtocolError(f"{self.address} sent an unrequested answer: {response!r}")
-        pending = self._pending.popleft()
-        pending.response, pending.error = response, error
-        pending.done.set()
+        self._pending.popleft().on_answer(response, error)
+        if self._sending:
+            self._note_progress()
 
     def _error_frame(self, frame: ErrorFrame) -> None:
         if not frame.fatal:
@@ -228,11 +260,13 @@ class Conn:
         if self._pending:
             self._answer(b"", error)
         else:
-            self.error = error  # nsqd closes the connection next; report why
             log.error("%s", error)
+        # nsqd closes the connection after a fatal error and reads nothing more: end it
+        # now, so requests sent after the one refused fail at once, in order.
+        self.error = error
+        self._end(error)
 
     async def _write_loop(self) -> None:
-        write_timeout = self._config.write_timeout
         try:
             while True:
                 await self._writer_wakeup.wait()
@@ -241,16 +275,75 @@ class Conn:
                 self._outgoing.clear()
                 self._outgoing_size = 0
                 self._sending = True
-                with trio.move_on_after(write_timeout) as scope:
-                    await self._stream.send_all(data)
+                await self._send(data)
                 self._sending = False
-                if scope.cancelled_caught:
-                    limit = format_duration(write_timeout)
-                    raise ConnectionClosed(f"writing to {self.address} timed out after {limit}")
                 self._progress.set()
                 self._progress = trio.Event()
         except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
             self._end(error)
+
+    async def _send(self, data: bytes) -> None:
+        """Send data a chunk at a time; _watch_sends cancels it if nothing moves.
+
+        As go-nsq's write deadline does for each command: a slow link that still moves,
+        however slowly, is not a failure; a socket that takes nothing for write_timeout
+        while nsqd owes no answer is.
+        """
+        view = memoryview(data)
+        self._last_progress = trio.current_time()
+        with trio.CancelScope() as scope:
+            self._send_scope = scope
+            self._send_began.set()
+            for start in range(0, len(view), WRITE_CHUNK):
+                chunk = view[start : start + WRITE_CHUNK]
+                await self._stream.send_all(chunk)
+                self._bytes_sent += len(chunk)
+                self._note_progress()
+        self._send_scope = None
+        self._moved.set()
+        if scope.cancelled_caught:
+            limit = format_duration(self._config.write_timeout)
+            raise ConnectionClosed(
+                f"writing to {self.address} made no progress for {limit} "
+                "(raise it with the write_timeout option)"
+            )
+
+    async def _watch_sends(self) -> None:
+        """Cancel a send once nothing has moved until _write_deadline().
+
+        Moving: a chunk handed to the socket, an answer from nsqd, or the kernel's
+        queue of unsent bytes shrinking. The last is what shows a slow link at work:
+        the kernel only wakes a blocked writer after half its (megabytes of) send
+        buffer has drained, which can take longer than write_timeout.
+        """
+        while True:
+            await self._send_began.wait()
+            self._send_began = trio.Event()
+            queued = _unsent_bytes(self._tcp_socket)
+            while self._send_scope is not None:
+                self._moved = trio.Event()
+                with trio.move_on_at(self._write_deadline()):
+                    await self._moved.wait()
+                    continue
+                still_queued = _unsent_bytes(self._tcp_socket)
+                if still_queued is not None and queued is not None and still_queued < queued:
+                    queued = still_queued
+                    self._last_progress = trio.current_time()
+                elif self._send_scope is not None:
+                    self._send_scope.cancel()
+                    break
+
+    def _note_progress(self) -> None:
+        self._last_progress = trio.current_time()
+        self._moved.set()
+
+    def _write_deadline(self) -> float:
+        """write_timeout after the last progress; none while nsqd owes an answer to a
+        request it has been sent whole: it is busy with that one (an MPUB it fsyncs
+        message by message), and the reader's silence limit says whether it is alive."""
+        if self._pending and self._pending[0].written_by <= self._bytes_sent:
+            return math.inf
+        return self._last_progress + self._config.write_timeout
 
     # -- closing ---------------------------------------------------------------------
 
@@ -270,9 +363,7 @@ class Conn:
         self._tasks.cancel()
         failure = self._closed_error()
         while self._pending:
-            pending = self._pending.popleft()
-            pending.error = failure
-            pending.done.set()
+            self._pending.popleft().on_answer(b"", failure)
         self._progress.set()
 
     async def aclose(self) -> None:
@@ -459,3 +550,27 @@ async def _read_response(
             return event.data
         else:
             raise RemoteProtocolError(f"{address} sent a message during {step}")
+
+
+def _tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """The TCP socket under any TLS and compression layers."""
+    while not isinstance(stream, trio.SocketStream):
+        if isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        elif isinstance(stream, SnappyStream | DeflateStream):
+            stream = stream.inner
+        else:
+            return None
+    return stream.socket
+
+
+def _unsent_bytes(sock: trio.socket.SocketType | None) -> int | None:
+    """Bytes the kernel still holds for the socket's peer (SIOCOUTQ); None if unknown."""
+    if sock is None or sock.fileno() < 0:  # none, or closed already
+        return None
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, count)
+    except OSError:
+        return None
+    return count[0]
