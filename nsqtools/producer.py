@@ -1,59 +1,88 @@
 """Publishing to one or more nsqds: pipelined PUB, MPUB and DPUB over Conn.
 
-Owns the Producer and the host-selection policies behind its modes. The Producer dials
-each nsqd when a publish first needs it and again on the next publish after a failure
-(never in a loop of its own); keeps many commands in flight per connection, written in
-the order they were made and answered FIFO; cuts MPUBs to nsqd's message and body
-limits; and offers a streaming path (put, flush) that batches messages into MPUBs
-behind bounded back-pressure and counts every outcome. Modes across nsqds: "all"
-(every nsqd gets every message, as to_nsq does), "round-robin", "hostpool" and
-"epsilon-greedy" (go-hostpool's pools, as nsq_to_nsq uses them). The policies are pure:
-no trio inside, the time is passed in, so they are tested without sockets.
+Owns the Producer, how messages become commands (MPUBs cut to nsqd's limits), and what
+happens when an nsqd refuses or fails them. The Producer dials each nsqd when a publish
+first needs it; keeps many commands in flight per connection, written in the order they
+were made and answered FIFO; and offers a streaming path (put, flush) that batches
+messages into MPUBs behind bounded back-pressure and reports every outcome, message by
+message, to the caller (on_outcome) as well as in counters.
+
+Nothing is refused locally that nsqd may accept (only empty messages, which nsqd never
+takes). nsqd's limits are learned from its own refusals: an MPUB refused with E_BAD_BODY
+or E_BAD_MESSAGE is cut again under the limit nsqd named and re-sent, so only the
+messages nsqd really refuses fail. A connection that fails (nsqd killed, restarting, a
+link cut) is redialed with backoff and the commands it did not answer are re-sent in
+order; the messages meant for it fail only once it has been down for reconnect_timeout
+(or when it was never reachable at all). Meanwhile nothing is resolved, so put() blocks
+at its limits and the caller stops reading: nothing piles up without bound.
+
+Modes across nsqds: "all" (every nsqd gets every message, as to_nsq does), or a host
+policy from hostpolicy.py ("round-robin", "hostpool", "epsilon-greedy", as nsq_to_nsq).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import re
 from bisect import bisect_right
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from itertools import accumulate
 from types import MappingProxyType, TracebackType
-from typing import Protocol, Self
+from typing import Any, Self
 
 import trio
 
 from nsqtools.addresses import split_address
 from nsqtools.config import ClientConfig
-from nsqtools.errors import ConnectError, ConnectionClosed, NsqError
+from nsqtools.durations import format_duration
+from nsqtools.errors import ConnectError, ConnectionClosed, NsqError, NsqErrorResponse
+from nsqtools.hostpolicy import MODES, make_policy
 from nsqtools.protocol import LocalProtocolError, ProtocolError, check_topic, commands
 from nsqtools.transport import Conn, open_connection
 
 log = logging.getLogger("nsqtools.producer")
 
-MODES = ("all", "round-robin", "hostpool", "epsilon-greedy")
-DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024  # nsqd --max-msg-size
-DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024  # nsqd --max-body-size
+__all__ = ["MODES", "Outcome", "Producer", "cut_points"]
+
+# nsqd's defaults (--max-msg-size, --max-body-size): where cutting starts, until an nsqd
+# says its own limits are smaller. Larger messages are still sent, each on its own.
+DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
+DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 DEFAULT_MAX_UNACKNOWLEDGED = 200_000
 DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
+DEFAULT_RECONNECT_TIMEOUT = 120.0
 # put() hands its messages to the connections, and lets them run, after this many bytes.
 DISPATCH_BYTES = 256 * 1024
 # put_many() queues at most this many messages before it looks at the limits again.
 PUT_MANY_CHUNK = 1024
+# A lost nsqd is redialed after 50ms, 100ms, ... up to this, with 20% jitter.
+FIRST_REDIAL_DELAY = 0.05
+MAX_REDIAL_DELAY = 2.0
 
 _MPUB_OVERHEAD = 4  # the message count before the first message
 _MESSAGE_OVERHEAD = 4  # the size before each message
+# nsqd's answers that name the limit a command broke, e.g. "MPUB body too big 6000 > 4096".
+_TOO_BIG = re.compile(r"too big (\d+) > (\d+)")
+_SIZE_ERRORS = {"E_BAD_BODY", "E_BAD_MESSAGE"}
+# nsqd could not queue the messages (the topic is closing as nsqd exits): try again.
+_TRANSIENT_ERRORS = {"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"}
 
 
 # -- encoding ---------------------------------------------------------------------------
 
 
-def cut_points(sizes: Sequence[int], max_body_size: int) -> list[tuple[int, int]]:
+def cut_points(
+    sizes: Sequence[int], max_body_size: int, max_message_size: int | None = None
+) -> list[tuple[int, int]]:
     """Ranges [start, end) of messages, in order, each fitting one MPUB body of at most
-    max_body_size bytes. A message too big to share an MPUB gets a range of its own."""
+    max_body_size bytes. A message too big to share an MPUB, or over max_message_size,
+    gets a range of its own (it goes out as a PUB)."""
+    if max_message_size is not None and sizes and max(sizes) > max_message_size:
+        return list(_cut_around_oversize(sizes, max_body_size, max_message_size))
     count = len(sizes)
     if not count:
         return []
@@ -71,298 +100,271 @@ def cut_points(sizes: Sequence[int], max_body_size: int) -> list[tuple[int, int]
     return ranges
 
 
-# -- host selection (pure) --------------------------------------------------------------
+def _cut_around_oversize(
+    sizes: Sequence[int], max_body_size: int, max_message_size: int
+) -> Iterator[tuple[int, int]]:
+    start = 0
+    for index, size in enumerate(sizes):
+        if size > max_message_size:
+            for first, last in cut_points(sizes[start:index], max_body_size):
+                yield start + first, start + last
+            yield index, index + 1
+            start = index + 1
+    for first, last in cut_points(sizes[start:], max_body_size):
+        yield start + first, start + last
 
 
-class HostPolicy(Protocol):
-    """Chooses which nsqd (by index) gets the next batch; told how each attempt went."""
-
-    def pick(self, now: float) -> int:
-        """The host for a new batch."""
-
-    def pick_another(self, now: float, tried: Collection[int]) -> int | None:
-        """A live host not in `tried` for a batch that failed there, or None."""
-
-    def mark_success(self, host: int, now: float, response_time: float) -> None: ...
-
-    def mark_failed(self, host: int, now: float) -> None: ...
+# -- outcomes ---------------------------------------------------------------------------
 
 
-class _Rotation:
-    """Hosts taken in turn, starting after the last one taken."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of consecutive messages put together: acknowledged by every nsqd they
+    were meant for (error None), or failed with `error`. `tokens` are what the caller
+    passed with them to put()/put_many(), in the same order (None when none were)."""
 
-    def __init__(self, host_count: int) -> None:
-        self.host_count = host_count
-        self._next = 0
-
-    def _rotation(self) -> Iterator[int]:
-        for offset in range(self.host_count):
-            yield (self._next + offset) % self.host_count
-
-    def _take(self, host: int) -> int:
-        self._next = host + 1
-        return host
+    topic: str
+    bodies: Sequence[bytes]
+    tokens: Sequence[Any] | None
+    error: Exception | None
 
 
-class RoundRobin(_Rotation):
-    """Every host in turn, whatever happened before; a retry goes to the next host
-    that has not failed since its last success."""
-
-    def __init__(self, host_count: int) -> None:
-        super().__init__(host_count)
-        self._failing: set[int] = set()
-
-    def pick(self, now: float) -> int:
-        return self._take(next(self._rotation()))
-
-    def pick_another(self, now: float, tried: Collection[int]) -> int | None:
-        for host in self._rotation():
-            if host not in tried and host not in self._failing:
-                return self._take(host)
-        return None
-
-    def mark_success(self, host: int, now: float, response_time: float) -> None:
-        self._failing.discard(host)
-
-    def mark_failed(self, host: int, now: float) -> None:
-        self._failing.add(host)
-
-
-@dataclass
-class _Health:
-    dead: bool = False
-    retry_delay: float = 0.0
-    next_retry: float = 0.0
-
-
-class HostPool(_Rotation):
-    """go-hostpool's standard pool: live hosts in turn; a host that failed is skipped
-    until its retry time, and each retry that is not followed by a success doubles
-    the delay (up to max_retry_delay). When every host is down, all are tried again."""
-
-    def __init__(
-        self, host_count: int, retry_delay: float = 30.0, max_retry_delay: float = 900.0
-    ) -> None:
-        super().__init__(host_count)
-        self.retry_delay = retry_delay
-        self.max_retry_delay = max_retry_delay
-        self._health = [_Health() for _ in range(host_count)]
-
-    def pick(self, now: float) -> int:
-        host = self.pick_another(now, ())
-        if host is not None:
-            return host
-        self._health = [_Health() for _ in range(self.host_count)]
-        return self._take(0)
-
-    def pick_another(self, now: float, tried: Collection[int]) -> int | None:
-        for host in self._rotation():
-            if host not in tried and self.can_try(host, now):
-                self._retry_if_dead(host, now)
-                return self._take(host)
-        return None
-
-    def can_try(self, host: int, now: float) -> bool:
-        health = self._health[host]
-        return not health.dead or health.next_retry < now
-
-    def _retry_if_dead(self, host: int, now: float) -> None:
-        health = self._health[host]
-        if health.dead:
-            health.retry_delay = min(2 * health.retry_delay, self.max_retry_delay)
-            health.next_retry = now + health.retry_delay
-
-    def mark_success(self, host: int, now: float, response_time: float) -> None:
-        self._health[host].dead = False
-
-    def mark_failed(self, host: int, now: float) -> None:
-        health = self._health[host]
-        if not health.dead:
-            health.dead = True
-            health.retry_delay = self.retry_delay
-            health.next_retry = now + self.retry_delay
-
-
-class EpsilonGreedy(HostPool):
-    """go-hostpool's epsilon-greedy pool: with probability epsilon (0.3, decaying by
-    0.9 at each exploration down to 0.01) explore in turn like HostPool; otherwise
-    choose among the hosts that can be tried, weighted by 1 / their recent response
-    time. Response times are kept in 120 buckets over decay_duration; newer buckets
-    weigh more. Unlike go-hostpool, times are not rounded to whole milliseconds (so
-    sub-millisecond answers count) and the weighted mean is a mean (go-hostpool's sum
-    lets one old sample grow as it ages)."""
-
-    BUCKETS = 120
-    INITIAL_EPSILON = 0.3
-    EPSILON_DECAY = 0.9
-    MIN_EPSILON = 0.01
-
-    def __init__(
-        self,
-        host_count: int,
-        retry_delay: float = 30.0,
-        max_retry_delay: float = 900.0,
-        decay_duration: float = 300.0,
-        rng: random.Random | None = None,
-    ) -> None:
-        super().__init__(host_count, retry_delay, max_retry_delay)
-        self.epsilon = self.INITIAL_EPSILON
-        self._rng = rng or random.Random()
-        self._bucket_duration = decay_duration / self.BUCKETS
-        self._bucket_number = 0  # of the bucket being filled, counted from time 0
-        self._counts = [[0] * self.BUCKETS for _ in range(host_count)]
-        self._totals = [[0.0] * self.BUCKETS for _ in range(host_count)]
-
-    def pick(self, now: float) -> int:
-        self._advance(now)
-        if self._rng.random() < self.epsilon:
-            self.epsilon = max(self.epsilon * self.EPSILON_DECAY, self.MIN_EPSILON)
-            return super().pick(now)
-        host = self._weighted_choice(now)
-        if host is None:
-            return super().pick(now)
-        self._retry_if_dead(host, now)
-        return host
-
-    def _weighted_choice(self, now: float) -> int | None:
-        values = {}
-        for host in range(self.host_count):
-            average = self.average_response_time(host, now)
-            if average > 0 and self.can_try(host, now):
-                values[host] = 1 / average
-        if not values:
-            return None
-        return self._rng.choices(list(values), weights=list(values.values()))[0]
-
-    def average_response_time(self, host: int, now: float) -> float:
-        """The mean of the buckets' means, bucket i of 120 (oldest first) weighing i, so
-        recent answers count more; 0 when none came within decay_duration."""
-        self._advance(now)
-        weighted = weights = 0.0
-        current = self._bucket_number % self.BUCKETS
-        counts, totals = self._counts[host], self._totals[host]
-        for age in range(1, self.BUCKETS + 1):
-            position = (current + age) % self.BUCKETS
-            if counts[position]:
-                weighted += age * totals[position] / counts[position]
-                weights += age
-        return weighted / weights if weights else 0.0
-
-    def mark_success(self, host: int, now: float, response_time: float) -> None:
-        super().mark_success(host, now, response_time)
-        self._advance(now)
-        position = self._bucket_number % self.BUCKETS
-        self._counts[host][position] += 1
-        self._totals[host][position] += response_time
-
-    def _advance(self, now: float) -> None:
-        """Empty the buckets that time has moved past (all of them after a long gap)."""
-        number = int(now // self._bucket_duration)
-        last_to_empty = min(number, self._bucket_number + self.BUCKETS)
-        for skipped in range(self._bucket_number + 1, last_to_empty + 1):
-            position = skipped % self.BUCKETS
-            for counts, totals in zip(self._counts, self._totals, strict=True):
-                counts[position], totals[position] = 0, 0.0
-        self._bucket_number = max(number, self._bucket_number)
-
-
-def make_policy(
-    mode: str, host_count: int, retry_delay: float, max_retry_delay: float
-) -> HostPolicy | None:
-    """The policy for a mode; None for "all", which sends every batch everywhere."""
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
-    if mode == "round-robin":
-        return RoundRobin(host_count)
-    if mode == "hostpool":
-        return HostPool(host_count, retry_delay, max_retry_delay)
-    if mode == "epsilon-greedy":
-        return EpsilonGreedy(host_count, retry_delay, max_retry_delay)
-    return None
-
-
-# -- batches and connections ------------------------------------------------------------
+OutcomeHandler = Callable[[Outcome], None]
 
 
 class _Batch:
-    """One command carrying `count` messages, and what became of it."""
+    """Messages put together for one topic (and delay), sent as one command to each nsqd
+    meant, and what became of each message."""
 
-    __slots__ = ("awaiting", "command", "count", "done", "error", "size", "tried")
+    __slots__ = (
+        "awaiting",
+        "bodies",
+        "command",
+        "delay",
+        "done",
+        "errors",
+        "resolved",
+        "sequence",
+        "size",
+        "tokens",
+        "topic",
+    )
 
-    def __init__(self, command: bytes, count: int, size: int) -> None:
-        self.command = command
-        self.count = count
+    def __init__(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        tokens: list[Any] | None,
+        delay: float | None,
+        size: int,
+        sequence: int,
+    ) -> None:
+        self.topic = topic
+        self.bodies = bodies
+        self.tokens = tokens
+        self.delay = delay
         self.size = size  # message bytes, for back-pressure
-        self.awaiting = 0  # "all" mode: nsqds yet to answer
-        self.tried: list[int] = []  # other modes: hosts that failed it
-        self.error: NsqError | None = None
+        self.sequence = sequence  # the order batches were made in
+        self.command = _command(topic, bodies, delay)
+        self.awaiting = 0  # parts of it still without an outcome
+        self.errors: list[NsqError | None] | None = None  # per message, once one failed
+        self.resolved = False
         self.done = trio.Event()
 
+    @property
+    def count(self) -> int:
+        return len(self.bodies)
 
-AnswerHandler = Callable[["_Node", _Batch, NsqError | None, float], None]
+    def fail(self, start: int, end: int, error: NsqError) -> None:
+        """Messages start..end failed (the first reason given for each is kept)."""
+        if self.errors is None:
+            self.errors = [None] * len(self.bodies)
+        errors = self.errors
+        for index in range(start, end):
+            if errors[index] is None:
+                errors[index] = error
+
+    def first_error(self) -> NsqError | None:
+        if self.errors is None:
+            return None
+        return next((error for error in self.errors if error is not None), None)
+
+    def outcomes(self) -> Iterator[Outcome]:
+        """Runs of consecutive messages with the same outcome, in order."""
+        errors = self.errors or [None] * len(self.bodies)
+        start = 0
+        for index in range(1, len(errors) + 1):
+            if index == len(errors) or errors[index] is not errors[start]:
+                tokens = None if self.tokens is None else self.tokens[start:index]
+                bodies = self.bodies if index - start == len(errors) else self.bodies[start:index]
+                yield Outcome(self.topic, bodies, tokens, errors[start])
+                start = index
+
+
+def _command(topic: str, bodies: list[bytes], delay: float | None) -> bytes:
+    if delay is not None:
+        return commands.dpub(topic, delay, bodies[0])
+    if len(bodies) == 1:
+        return commands.pub(topic, bodies[0])
+    return commands.mpub(topic, bodies, list(map(len, bodies)))
+
+
+class _Part:
+    """Messages start..end of a batch as one command to one nsqd: the whole batch, or a
+    piece of it cut again after that nsqd refused the whole for its size."""
+
+    __slots__ = ("batch", "command", "end", "start", "tried")
+
+    def __init__(self, batch: _Batch, start: int = 0, end: int | None = None) -> None:
+        self.batch = batch
+        self.start = start
+        self.end = batch.count if end is None else end
+        whole = start == 0 and self.end == batch.count
+        self.command = (
+            batch.command
+            if whole
+            else _command(batch.topic, batch.bodies[start : self.end], batch.delay)
+        )
+        self.tried: list[int] = []  # host policies: nsqds that failed it
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return self.batch.sequence, self.start
+
+    def sizes(self) -> list[int]:
+        return list(map(len, self.batch.bodies[self.start : self.end]))
+
+
+# -- one nsqd ---------------------------------------------------------------------------
+
+PartHandler = Callable[["_Node", _Part, NsqError | None, float], None]
 
 
 class _Node:
-    """One nsqd: its connection, dialed when a batch needs it, and the batches waiting
-    for it. One task writes them in the order they came; each answer is awaited by a
-    task of its own, so many are in flight."""
+    """One nsqd: its connection, dialed when a part needs it and redialed with backoff,
+    the parts waiting for it, and the limits it has told us about. One task writes the
+    parts in order, many in flight; the connection reports each answer, in order, as it
+    comes. Parts that come back for another try go in front again, in their first order."""
 
     def __init__(
-        self, index: int, address: str, config: ClientConfig, on_answer: AnswerHandler
+        self,
+        index: int,
+        address: str,
+        config: ClientConfig,
+        reconnect_timeout: float,
+        on_part: PartHandler,
     ) -> None:
         self.index = index
         self.address = address
         self._config = config
-        self._on_answer = on_answer  # with the error, or None, and the response time
-        self._outbox: deque[_Batch] = deque()
+        self._reconnect_timeout = reconnect_timeout
+        self._on_part = on_part  # with the error, or None, and the response time
+        self._outbox: deque[_Part] = deque()
+        self._again: list[_Part] = []  # parts back for another try
         self._wakeup = trio.Event()
         self._conn: Conn | None = None
+        self.ever_connected = False
+        self.down_since: float | None = None  # since the first failure after a success
+        self._dial_failures = 0
+        self._next_dial = 0.0
+        self._dial_error: NsqError | None = None  # why the last dial failed
+        # Limits nsqd named when it refused a command (None: none refused yet).
+        self.max_message_size: int | None = None
+        self.max_body_size: int | None = None
 
-    def send(self, batch: _Batch) -> None:
-        self._outbox.append(batch)
+    def send(self, part: _Part) -> None:
+        self._outbox.append(part)
         self._wakeup.set()
 
+    def send_again(self, part: _Part) -> None:
+        self._again.append(part)
+        self._wakeup.set()
+
+    def given_up(self, now: float) -> bool:
+        """Never reachable, or down for reconnect_timeout: what is meant for it fails."""
+        if not self.ever_connected:
+            return True
+        down_for = 0.0 if self.down_since is None else now - self.down_since
+        return down_for >= self._reconnect_timeout
+
+    def mark_down(self, now: float, error: NsqError) -> None:
+        if self.down_since is not None:
+            return
+        self.down_since = now
+        if self.ever_connected:
+            waiting = format_duration(self._reconnect_timeout)
+            log.warning("%s; keeping what is meant for it and redialing for %s", error, waiting)
+
     async def run(self, nursery: trio.Nursery) -> None:
-        """Write the batches as they come; tasks for answers and the connection go in nursery."""
+        """Write the parts as they come; tasks for answers and the connection go in nursery."""
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
-            while self._outbox:
+            while self._outbox or self._again:
+                if self._again:
+                    self._again.sort(key=lambda part: part.order)
+                    self._outbox.extendleft(reversed(self._again))
+                    self._again.clear()
                 await self._write_next(nursery)
 
     async def _write_next(self, nursery: trio.Nursery) -> None:
         try:
             conn = await self._connection(nursery)
         except NsqError as error:
-            self._fail_waiting(error)  # the batches that asked for this dial
+            self._fail_waiting(error)  # their outcomes decide what is tried again
             return
         try:
             await conn.wait_writable()
         except ConnectionClosed:
             return  # closed meanwhile: the next round dials again
-        # The request is written before start() returns, so writes keep outbox order.
-        await nursery.start(self._exchange, conn, self._outbox.popleft())
-
-    async def _exchange(
-        self, conn: Conn, batch: _Batch, *, task_status: trio.TaskStatus[None]
-    ) -> None:
-        task_status.started()
+        part = self._outbox.popleft()
+        refusal = self._known_refusal(part)
+        if refusal is not None:
+            self._on_part(self, part, refusal, 0.0)
+            return
         started = trio.current_time()
+
+        def on_answer(response: bytes, error: NsqError | None) -> None:
+            self._on_part(self, part, error, trio.current_time() - started)
+
         try:
-            await conn.request(batch.command)
-        except NsqError as error:
-            self._on_answer(self, batch, error, trio.current_time() - started)
-        else:
-            self._on_answer(self, batch, None, trio.current_time() - started)
+            conn.send_request(part.command, on_answer)
+        except ConnectionClosed as error:
+            self._on_part(self, part, error, 0.0)
 
     def _fail_waiting(self, error: NsqError) -> None:
-        while self._outbox:
-            self._on_answer(self, self._outbox.popleft(), error, 0.0)
+        waiting = list(self._outbox)
+        self._outbox.clear()
+        for part in waiting:
+            self._on_part(self, part, error, 0.0)
 
     async def _connection(self, nursery: trio.Nursery) -> Conn:
-        if self._conn is None or self._conn.closed:
-            self._conn = None
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        self._conn = None
+        now = trio.current_time()
+        if self._dial_error is not None and now < self._next_dial and self.given_up(now):
+            raise self._dial_error  # no waiting for a redial: it fails at once meanwhile
+        await trio.sleep_until(self._next_dial)
+        try:
             self._conn = await nursery.start(self._keep_open)
+        except NsqError as error:
+            self._dial_failures += 1
+            self._dial_error = error
+            delay = min(FIRST_REDIAL_DELAY * 2 ** (self._dial_failures - 1), MAX_REDIAL_DELAY)
+            self._next_dial = trio.current_time() + delay * (1 + 0.2 * random.random())
+            raise
+        if self.down_since is not None:
+            down_for = trio.current_time() - self.down_since
+            log.warning("%s: connected again after %.1fs", self.address, down_for)
+        self._dial_failures = 0
+        self._dial_error = None
+        self.ever_connected = True
+        self.down_since = None
         return self._conn
 
     async def _keep_open(self, *, task_status: trio.TaskStatus[Conn]) -> None:
@@ -375,6 +377,29 @@ class _Node:
             reason = str(error) or type(error).__name__
             raise ConnectError(f"cannot connect to {self.address}: {reason}") from error
 
+    def learn_limit(self, part: _Part, error: NsqErrorResponse) -> None:
+        """Remember the limit nsqd named in refusing the part (or guess it from the part)."""
+        named = _TOO_BIG.search(error.message)
+        if error.code == "E_BAD_BODY":
+            body = _MPUB_OVERHEAD + sum(part.sizes()) + _MESSAGE_OVERHEAD * part.count
+            limit = int(named[2]) if named else body - 1
+            self.max_body_size = min(limit, self.max_body_size or limit)
+        elif named or part.count == 1:
+            limit = int(named[2]) if named else max(part.sizes()) - 1
+            self.max_message_size = min(limit, self.max_message_size or limit)
+
+    def _known_refusal(self, part: _Part) -> NsqErrorResponse | None:
+        """nsqd's answer, known in advance, to a message over the limit it named: sending
+        it would only make nsqd close the connection again."""
+        limit = self.max_message_size
+        if limit is None or part.count != 1:
+            return None
+        size = len(part.batch.bodies[part.start])
+        if size <= limit:
+            return None
+        problem = f"message too big {size} > {limit} (nsqd's --max-msg-size)"
+        return NsqErrorResponse(self.address, "E_BAD_MESSAGE", problem)
+
 
 # -- the producer -----------------------------------------------------------------------
 
@@ -386,7 +411,11 @@ class Producer:
     and raise an NsqError (or LocalProtocolError for what would never be sent). put()
     queues a message and returns at once, unless max_unacknowledged messages or
     max_unacknowledged_bytes are without an outcome; flush() waits for outcomes.
-    acknowledged and failed count messages; failure_reasons keeps each distinct reason.
+    acknowledged and failed count messages; failure_reasons keeps each distinct reason;
+    on_outcome, if given, is told what became of every message put (with its token).
+    max_message_size and max_body_size are where cutting MPUBs starts: nsqd's defaults,
+    lowered when an nsqd says its own are smaller. reconnect_timeout: how long an nsqd
+    that was reachable may stay down before the messages meant for it fail.
     Leaving the block flushes, then closes the connections.
     """
 
@@ -400,8 +429,10 @@ class Producer:
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         max_unacknowledged: int = DEFAULT_MAX_UNACKNOWLEDGED,
         max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
         retry_delay: float = 30.0,
         max_retry_delay: float = 900.0,
+        on_outcome: OutcomeHandler | None = None,
     ) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
@@ -411,6 +442,8 @@ class Producer:
         for address in self.addresses:
             split_address(address)
         _check_limits(max_message_size, max_body_size, max_unacknowledged, max_unacknowledged_bytes)
+        if reconnect_timeout < 0:
+            raise ValueError(f"reconnect_timeout must not be negative, got {reconnect_timeout}")
         self.config = config or ClientConfig()
         self.mode = mode
         self._policy = make_policy(mode, len(self.addresses), retry_delay, max_retry_delay)
@@ -418,8 +451,10 @@ class Producer:
         self.max_body_size = max_body_size
         self.max_unacknowledged = max_unacknowledged
         self.max_unacknowledged_bytes = max_unacknowledged_bytes
+        self.reconnect_timeout = reconnect_timeout
+        self.on_outcome = on_outcome
         self._nodes = [
-            _Node(index, address, self.config, self._on_answer)
+            _Node(index, address, self.config, reconnect_timeout, self._on_part)
             for index, address in enumerate(self.addresses)
         ]
         self._nursery: trio.Nursery | None = None
@@ -431,12 +466,14 @@ class Producer:
         self._unresolved = 0  # messages in those batches
         self._unresolved_bytes = 0
         self._room = trio.Event()  # set when the unresolved fall below the limits
-        # put, not yet batched, by topic and delay (None: publish now, in MPUBs)
-        self._queues: dict[tuple[str, float | None], list[bytes]] = {}
+        # put, not yet batched, by topic and delay (None: publish now, in MPUBs); with
+        # the tokens of those bodies when any were given
+        self._queues: dict[tuple[str, float | None], _Queue] = {}
         self._topics: set[str] = set()  # names already checked
         self._queued = trio.Event()  # set when put starts a new queue
         self._put_room_messages = 0  # what put may add before it must look at limits
         self._put_room_bytes = 0
+        self._sequence = 0
 
     # -- outcomes --------------------------------------------------------------------
 
@@ -447,7 +484,7 @@ class Producer:
 
     @property
     def failed(self) -> int:
-        """Messages that ended in an error (refused locally, or not acknowledged)."""
+        """Messages that ended in an error (refused, or not acknowledged)."""
         return self._failed
 
     @property
@@ -458,7 +495,7 @@ class Producer:
     @property
     def pending(self) -> int:
         """Messages without an outcome yet."""
-        return self._unresolved + sum(map(len, self._queues.values()))
+        return self._unresolved + sum(len(queue.bodies) for queue in self._queues.values())
 
     # -- lifetime --------------------------------------------------------------------
 
@@ -494,98 +531,105 @@ class Producer:
             # The block's own exception propagates as is, not wrapped in a group.
             await manager.__aexit__(None, None, None)
 
+    def abandon(self, reason: str) -> None:
+        """Fail every message without an outcome, with `reason`, and report them (for an
+        exit that cannot wait: some may yet reach nsqd). Later answers are ignored."""
+        self._dispatch_queued()
+        error = NsqError(reason)
+        for batch in sorted(self._in_flight, key=lambda batch: batch.sequence):
+            batch.fail(0, batch.count, error)
+            self._resolve(batch)
+
     # -- awaited publishing ----------------------------------------------------------
 
     async def publish(self, topic: str, body: bytes) -> None:
         """PUB one message; return once acknowledged (by every nsqd in "all" mode)."""
-        self._check_message_size(len(body))
-        await self._publish(_Batch(commands.pub(topic, body), 1, len(body)))
+        await self._publish(self._batch(topic, [body], None, None))
 
     async def publish_deferred(self, topic: str, body: bytes, delay_seconds: float) -> None:
         """DPUB: nsqd delivers the message after delay_seconds (whole milliseconds)."""
-        self._check_message_size(len(body))
-        await self._publish(_Batch(commands.dpub(topic, delay_seconds, body), 1, len(body)))
+        commands.delay_milliseconds(delay_seconds, "DPUB delay")
+        await self._publish(self._batch(topic, [body], None, delay_seconds))
 
     async def publish_many(self, topic: str, bodies: Sequence[bytes]) -> None:
         """MPUB the messages, in order, in as many commands as nsqd's limits need.
 
-        A message that is empty or over max_message_size raises LocalProtocolError and
-        nothing is sent. A failed MPUB raises its error once all have an outcome; the
-        MPUBs that succeeded stay published.
+        An empty message raises LocalProtocolError and nothing is sent. A failed message
+        raises its error once all have an outcome; the others stay published.
         """
         check_topic(topic)
-        sizes = list(map(len, bodies))
-        for index, size in enumerate(sizes):
-            if not 0 < size <= self.max_message_size:
-                problem = _size_problem(size, self.max_message_size)
-                raise LocalProtocolError(f"message {index} of {len(sizes)}: {problem}")
-        batches = list(self._batches(topic, list(bodies), sizes))
+        for index, body in enumerate(bodies):
+            if not body:
+                raise LocalProtocolError(f"message {index} of {len(bodies)}: {_EMPTY}")
+        batches = list(self._batches(topic, list(bodies), None))
         for batch in batches:
             self._send(batch)
         for batch in batches:
             await batch.done.wait()
         for batch in batches:
-            if batch.error is not None:
-                raise batch.error
+            error = batch.first_error()
+            if error is not None:
+                raise error
 
     async def _publish(self, batch: _Batch) -> None:
+        if not batch.size:
+            raise LocalProtocolError(_EMPTY)
         self._send(batch)
         await batch.done.wait()
-        if batch.error is not None:
-            raise batch.error
+        error = batch.first_error()
+        if error is not None:
+            raise error
 
-    def _check_message_size(self, size: int) -> None:
-        if size > self.max_message_size:
-            raise LocalProtocolError(_size_problem(size, self.max_message_size))
+    def _batch(
+        self, topic: str, bodies: list[bytes], tokens: list[Any] | None, delay: float | None
+    ) -> _Batch:
+        check_topic(topic)
+        self._sequence += 1
+        size = sum(map(len, bodies))
+        return _Batch(topic, bodies, tokens, delay, size, self._sequence)
 
     # -- streaming -------------------------------------------------------------------
 
-    async def put(self, topic: str, body: bytes, delay: float | None = None) -> None:
+    async def put(
+        self, topic: str, body: bytes, delay: float | None = None, token: Any = None
+    ) -> None:
         """Queue one message for batching; return at once unless back-pressure applies
         (every DISPATCH_BYTES it lets the sending tasks run).
 
-        With a delay (seconds), the message goes out as its own DPUB. A message that is
-        empty or over max_message_size is never sent: it counts as failed, with its
-        reason. A bad topic name raises LocalProtocolError.
+        With a delay (seconds), the message goes out as its own DPUB. An empty message
+        is never sent: it fails with its reason. The token, if any, comes back with the
+        message's Outcome. A bad topic name raises LocalProtocolError.
         """
-        size = len(body)
-        if not 0 < size <= self.max_message_size:
-            self._resolve_refused(size)
-            return
-        if delay is not None:
-            commands.delay_milliseconds(delay, "DPUB delay")
-        key = (topic, delay)
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._new_queue(key)
-        queue.append(body)
-        self._put_room_messages -= 1
-        self._put_room_bytes -= size
-        if self._put_room_bytes <= 0 or self._put_room_messages <= 0:
-            await self._hand_over()
+        await self.put_many(topic, [body], delay, None if token is None else [token])
 
     async def put_many(
-        self, topic: str, bodies: Sequence[bytes], delay: float | None = None
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        delay: float | None = None,
+        tokens: Sequence[Any] | None = None,
     ) -> None:
         """put() for each message, in order, with a fraction of its per-message cost."""
-        sizes = list(map(len, bodies))
-        if not sizes:
+        if not bodies:
             return
+        if tokens is not None and len(tokens) != len(bodies):
+            raise ValueError(f"{len(tokens)} tokens for {len(bodies)} messages")
         if delay is not None:
             commands.delay_milliseconds(delay, "DPUB delay")
-        if not (all(sizes) and max(sizes) <= self.max_message_size):
-            for body in bodies:  # rare: some are refused; count each on its own
-                await self.put(topic, body, delay)
-            return
         key = (topic, delay)
         for start in range(0, len(bodies), PUT_MANY_CHUNK):
-            queue = self._queues.get(key)
-            if queue is None:
-                queue = self._new_queue(key)
             chunk = bodies[start : start + PUT_MANY_CHUNK]
-            queue.extend(chunk)
+            chunk_tokens = None if tokens is None else tokens[start : start + PUT_MANY_CHUNK]
+            size = sum(map(len, chunk))
+            if not all(chunk):
+                self._refuse_empty(key, chunk, chunk_tokens)
+            else:
+                queue = self._queues.get(key)
+                if queue is None:
+                    queue = self._new_queue(key)
+                queue.add(chunk, chunk_tokens)
             self._put_room_messages -= len(chunk)
-            self._put_room_bytes -= sum(sizes[start : start + PUT_MANY_CHUNK])
+            self._put_room_bytes -= size
             if self._put_room_bytes <= 0 or self._put_room_messages <= 0:
                 await self._hand_over()
 
@@ -595,15 +639,34 @@ class Producer:
         for batch in list(self._in_flight):
             await batch.done.wait()
 
-    def _new_queue(self, key: tuple[str, float | None]) -> list[bytes]:
+    def _new_queue(self, key: tuple[str, float | None]) -> _Queue:
         topic = key[0]
         if topic not in self._topics:
             check_topic(topic)
             self._topics.add(topic)
-        queue: list[bytes] = []
+        queue = _Queue()
         self._queues[key] = queue
         self._queued.set()
         return queue
+
+    def _refuse_empty(
+        self,
+        key: tuple[str, float | None],
+        bodies: Sequence[bytes],
+        tokens: Sequence[Any] | None,
+    ) -> None:
+        """Queue the non-empty messages; fail the empty ones, which nsqd never accepts."""
+        for index, body in enumerate(bodies):
+            token = None if tokens is None else [tokens[index]]
+            if body:
+                queue = self._queues.get(key) or self._new_queue(key)
+                queue.add([body], token)
+                continue
+            self._failed += 1
+            self._failure_reasons[_EMPTY] += 1
+            if self.on_outcome is not None:
+                error = LocalProtocolError(_EMPTY)
+                self.on_outcome(Outcome(key[0], [body], token, error))
 
     async def _hand_over(self) -> None:
         """Batch what put queued, wait while the limits are reached, let the sends run."""
@@ -639,29 +702,28 @@ class Producer:
 
     def _dispatch_queued(self) -> None:
         queues, self._queues = self._queues, {}
-        for (topic, delay), bodies in queues.items():
-            if delay is None:
-                batches = self._batches(topic, bodies, list(map(len, bodies)))
-            else:
-                batches = self._deferred(topic, bodies, delay)
-            for batch in batches:
+        for (topic, delay), queue in queues.items():
+            for batch in self._batches(topic, queue.bodies, queue.tokens, delay):
                 self._send(batch)
         self._refill_put_room()
 
-    def _deferred(self, topic: str, bodies: list[bytes], delay: float) -> Iterator[_Batch]:
-        """A DPUB for each message: nsqd has no deferred MPUB."""
-        for body in bodies:
-            yield _Batch(commands.dpub(topic, delay, body), 1, len(body))
-
-    def _batches(self, topic: str, bodies: list[bytes], sizes: list[int]) -> Iterator[_Batch]:
-        """Commands for the messages in order: MPUBs within max_body_size, a lone one as PUB."""
-        for start, end in cut_points(sizes, self.max_body_size):
-            if end - start == 1:
-                yield _Batch(commands.pub(topic, bodies[start]), 1, sizes[start])
-            else:
-                chunk = sizes[start:end]
-                command = commands.mpub(topic, bodies[start:end], chunk)
-                yield _Batch(command, end - start, sum(chunk))
+    def _batches(
+        self,
+        topic: str,
+        bodies: list[bytes],
+        tokens: list[Any] | None,
+        delay: float | None = None,
+    ) -> Iterator[_Batch]:
+        """Batches for the messages in order: MPUBs within the limits known, a message
+        alone as PUB, and a DPUB each when deferred (nsqd has no deferred MPUB)."""
+        if delay is None:
+            sizes = list(map(len, bodies))
+            ranges = cut_points(sizes, self.max_body_size, self.max_message_size)
+        else:
+            ranges = [(index, index + 1) for index in range(len(bodies))]
+        for start, end in ranges:
+            chunk_tokens = None if tokens is None else tokens[start:end]
+            yield self._batch(topic, bodies[start:end], chunk_tokens, delay)
 
     # -- routing and outcomes --------------------------------------------------------
 
@@ -673,57 +735,139 @@ class Producer:
         if self._policy is None:
             batch.awaiting = len(self._nodes)
             for node in self._nodes:
-                node.send(batch)
+                node.send(_Part(batch))
         else:
-            self._nodes[self._policy.pick(trio.current_time())].send(batch)
+            batch.awaiting = 1
+            self._nodes[self._policy.pick(trio.current_time())].send(_Part(batch))
 
-    def _on_answer(
-        self, node: _Node, batch: _Batch, error: NsqError | None, response_time: float
+    def _on_part(
+        self, node: _Node, part: _Part, error: NsqError | None, response_time: float
     ) -> None:
-        """A node's answer (or failure) for a batch it was sent."""
-        if self._policy is None:
-            batch.error = batch.error or error
-            batch.awaiting -= 1
-            if not batch.awaiting:
-                self._resolve(batch)
-            return
+        """A node's answer (or failure) for a part it was sent."""
+        if part.batch.resolved:
+            return  # abandoned meanwhile
         now = trio.current_time()
         if error is None:
-            self._policy.mark_success(node.index, now, response_time)
-            self._resolve(batch)
-            return
-        self._policy.mark_failed(node.index, now)
-        batch.tried.append(node.index)
-        retry = self._policy.pick_another(now, batch.tried) if len(batch.tried) == 1 else None
-        if retry is None:
-            batch.error = error
-            self._resolve(batch)
+            if self._policy is not None:
+                self._policy.mark_success(node.index, now, response_time)
+            self._settle(part)
+        elif isinstance(error, NsqErrorResponse) and error.code in _SIZE_ERRORS:
+            self._cut_again(node, part, error)
+        elif _is_transient(error):
+            self._try_again(node, part, error, now)
         else:
-            log.warning("%s; retrying on %s", error, self.addresses[retry])
-            self._nodes[retry].send(batch)
+            self._fail(part, error)
+
+    def _cut_again(self, node: _Node, part: _Part, error: NsqErrorResponse) -> None:
+        """nsqd refused the part for its size: re-send it in pieces under the limit it
+        named; a message over its message limit fails, alone."""
+        node.learn_limit(part, error)
+        self._learn_limits(node)
+        if part.count == 1:
+            self._fail(part, error)
+            return
+        sizes = part.sizes()
+        body_limit = node.max_body_size or self.max_body_size
+        ranges = cut_points(sizes, body_limit, node.max_message_size)
+        if len(ranges) == 1:  # nothing learned that splits it: halve it
+            middle = part.count // 2
+            ranges = [(0, middle), (middle, part.count)]
+        log.info("%s; sending its %d messages again in %d parts", error, part.count, len(ranges))
+        part.batch.awaiting += len(ranges) - 1
+        for start, end in ranges:
+            node.send_again(_Part(part.batch, part.start + start, part.start + end))
+
+    def _learn_limits(self, node: _Node) -> None:
+        """Cut later batches under the smallest limits any nsqd named."""
+        if node.max_body_size is not None:
+            self.max_body_size = min(self.max_body_size, node.max_body_size)
+        if node.max_message_size is not None:
+            self.max_message_size = min(self.max_message_size, node.max_message_size)
+
+    def _try_again(self, node: _Node, part: _Part, error: NsqError, now: float) -> None:
+        """A connection failed under the part: another nsqd (host policies) or the same
+        one again once redialed, until it has been down for reconnect_timeout."""
+        node.mark_down(now, error)
+        if self._policy is not None:
+            self._policy.mark_failed(node.index, now)
+            part.tried.append(node.index)
+            other = self._policy.pick_another(now, part.tried)
+            if other is not None:
+                log.warning("%s; retrying on %s", error, self.addresses[other])
+                self._nodes[other].send_again(part)
+                return
+        if not node.ever_connected:
+            self._fail(part, error)  # never reachable: a wrong address, not an outage
+            return
+        if node.given_up(now):
+            waited = format_duration(self.reconnect_timeout)
+            self._fail(part, ConnectError(f"{error} (down for {waited}: reconnect_timeout)"))
+            return
+        if self._policy is not None:
+            part.tried.clear()
+            node = self._nodes[self._policy.pick(now)]
+        node.send_again(part)
+
+    def _fail(self, part: _Part, error: NsqError) -> None:
+        part.batch.fail(part.start, part.end, error)
+        self._settle(part)
+
+    def _settle(self, part: _Part) -> None:
+        batch = part.batch
+        batch.awaiting -= 1
+        if not batch.awaiting:
+            self._resolve(batch)
 
     def _resolve(self, batch: _Batch) -> None:
+        if batch.resolved:
+            return
+        batch.resolved = True
         self._in_flight.discard(batch)
         self._unresolved -= batch.count
         self._unresolved_bytes -= batch.size
-        if batch.error is None:
+        if batch.errors is None:
             self._acknowledged += batch.count
+            if self.on_outcome is not None:
+                self.on_outcome(Outcome(batch.topic, batch.bodies, batch.tokens, None))
         else:
-            self._failed += batch.count
-            self._failure_reasons[str(batch.error)] += batch.count
+            for outcome in batch.outcomes():
+                if outcome.error is None:
+                    self._acknowledged += len(outcome.bodies)
+                else:
+                    self._failed += len(outcome.bodies)
+                    self._failure_reasons[str(outcome.error)] += len(outcome.bodies)
+                if self.on_outcome is not None:
+                    self.on_outcome(outcome)
         batch.done.set()
         if not self._is_full():
             self._room.set()
 
-    def _resolve_refused(self, size: int) -> None:
-        self._failed += 1
-        self._failure_reasons[_size_problem(size, self.max_message_size)] += 1
+
+class _Queue:
+    """Messages put for one topic and delay, not yet batched, with their tokens."""
+
+    __slots__ = ("bodies", "tokens")
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.tokens: list[Any] | None = None
+
+    def add(self, bodies: Sequence[bytes], tokens: Sequence[Any] | None) -> None:
+        if tokens is not None and self.tokens is None:
+            self.tokens = [None] * len(self.bodies)
+        self.bodies.extend(bodies)
+        if self.tokens is not None:
+            self.tokens.extend([None] * len(bodies) if tokens is None else tokens)
 
 
-def _size_problem(size: int, max_message_size: int) -> str:
-    if not size:
-        return "message body is empty: nsqd rejects empty messages"
-    return f"message of {size} bytes is over max_message_size ({max_message_size}): not sent"
+_EMPTY = "message body is empty: nsqd rejects empty messages"
+
+
+def _is_transient(error: NsqError) -> bool:
+    """A failure that a new connection may not have: try again rather than fail."""
+    if isinstance(error, NsqErrorResponse):
+        return error.code in _TRANSIENT_ERRORS
+    return isinstance(error, ConnectError | ConnectionClosed)
 
 
 def _check_limits(

@@ -18,14 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsqtools.errors import ConnectError, NsqErrorResponse
-from nsqtools.producer import (
-    MODES,
-    EpsilonGreedy,
-    HostPool,
-    Producer,
-    RoundRobin,
-    cut_points,
-)
+from nsqtools.hostpolicy import MODES, EpsilonGreedy, HostPool, RoundRobin
+from nsqtools.producer import Outcome, Producer, cut_points
 from nsqtools.protocol import LocalProtocolError
 from nsqtools.testing import Nsqd, run_go_tool
 from tests.conftest import Cluster, LocalNsq
@@ -152,40 +146,89 @@ async def test_mpubs_over_nsqds_body_limit_are_split(local_nsq: LocalNsq) -> Non
     assert outcomes(producer) == (2 * len(bodies), 0, {})
 
 
-async def test_nsqd_does_refuse_an_mpub_over_its_body_limit(local_nsq: LocalNsq) -> None:
-    """The limit the split above respects is real: told a bigger one, we get E_BAD_BODY."""
-    nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=4096"])
+async def test_a_smaller_body_limit_is_learned_from_nsqds_refusal(local_nsq: LocalNsq) -> None:
+    """Told nothing, the producer cuts for nsqd's default 5 MiB; nsqd refuses with
+    E_BAD_BODY naming its limit, and everything goes again in MPUBs under it."""
+    nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=100000"])
+    bodies = [b"%0100d" % index for index in range(5000)]
     async with Producer(nsqd.tcp_address) as producer:
-        with pytest.raises(NsqErrorResponse, match="E_BAD_BODY"):
-            await producer.publish_many(TOPIC, numbered(1000))
-
-
-async def test_a_message_over_max_message_size_fails_and_is_not_sent(nsqd: Nsqd) -> None:
-    big = b"x" * 1001
-    async with Producer(nsqd.tcp_address, max_message_size=1000) as producer:
-        await producer.put(TOPIC, big)
+        await producer.put_many(TOPIC, bodies)
         await producer.flush()
-        assert nsqd.stats()["topics"] == []  # nothing at all was sent
-        message = r"message of 1001 bytes is over max_message_size \(1000\): not sent"
-        with pytest.raises(LocalProtocolError, match=message):
-            await producer.publish(TOPIC, big)
-        with pytest.raises(LocalProtocolError, match=message):
-            await producer.publish_deferred(TOPIC, big, 1)
-        with pytest.raises(LocalProtocolError, match=f"message 1 of 3: {message}"):
-            await producer.publish_many(TOPIC, [b"a", big, b"b"])
-        await producer.put(TOPIC, big)
-        await producer.put(TOPIC, b"x" * 1000)
-    assert nsqd.topic_depth(TOPIC) == 1
-    assert tail(nsqd, 1) == [b"x" * 1000]
-    reason = "message of 1001 bytes is over max_message_size (1000): not sent"
-    assert outcomes(producer) == (1, 2, {reason: 2})
+        assert outcomes(producer) == (5000, 0, {})
+        assert producer.max_body_size == 100000  # later batches are cut under it at once
+        await producer.publish_many(TOPIC, bodies)
+    assert tail(nsqd, 10000) == bodies + bodies
+
+
+async def test_only_the_records_over_nsqds_message_limit_fail(local_nsq: LocalNsq) -> None:
+    nsqd = local_nsq.nsqd("small-messages", extra_args=["--max-msg-size=1000"])
+    big = b"b" * 1507
+    bodies = numbered(5000)
+    bodies[2500] = big
+    seen: list[Outcome] = []
+    async with Producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
+        await producer.put_many(TOPIC, bodies)
+    acknowledged, failed, reasons = outcomes(producer)
+    assert (acknowledged, failed) == (4999, 1)
+    (reason,) = reasons
+    assert reason.startswith(f"{nsqd.tcp_address}: E_BAD_MESSAGE")
+    assert "message too big 1507 > 1000" in reason
+    assert [list(outcome.bodies) for outcome in seen if outcome.error] == [[big]]
+    assert sum(len(outcome.bodies) for outcome in seen if not outcome.error) == 4999
+    assert tail(nsqd, 4999) == bodies[:2500] + bodies[2501:]
+
+
+async def test_a_known_oversize_message_fails_without_closing_the_connection_again(
+    local_nsq: LocalNsq,
+) -> None:
+    nsqd = local_nsq.nsqd("small-messages", extra_args=["--max-msg-size=1000"])
+    async with Producer(nsqd.tcp_address) as producer:
+        with pytest.raises(NsqErrorResponse, match="PUB message too big 1001 > 1000"):
+            await producer.publish(TOPIC, b"x" * 1001)
+        await producer.publish(TOPIC, b"first")
+        with pytest.raises(NsqErrorResponse, match=r"message too big 2000 > 1000 \(nsqd's"):
+            await producer.publish(TOPIC, b"x" * 2000)  # refused as nsqd would, unsent
+        await producer.publish(TOPIC, b"second")
+    assert tail(nsqd, 2) == [b"first", b"second"]
+    assert producer.failed == 2
+
+
+async def test_an_nsqd_with_larger_limits_takes_what_the_defaults_would_cut(
+    local_nsq: LocalNsq,
+) -> None:
+    big = b"L" * (5 * 1024 * 1024)  # over the default message and body limits
+    nsqd = local_nsq.nsqd(
+        "large", extra_args=["--max-msg-size=6000000", "--max-body-size=12000000"]
+    )
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.publish(TOPIC, big)
+        await producer.put_many(TOPIC, [b"a", big, b"b"])
+    assert outcomes(producer) == (4, 0, {})
+    assert nsqd.topic_depth(TOPIC) == 4
+
+
+async def test_an_empty_message_is_refused_and_never_sent(nsqd: Nsqd) -> None:
+    seen: list[Outcome] = []
+    async with Producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
+        with pytest.raises(LocalProtocolError, match="empty"):
+            await producer.publish(TOPIC, b"")
+        with pytest.raises(LocalProtocolError, match="message 1 of 3: message body is empty"):
+            await producer.publish_many(TOPIC, [b"a", b"", b"b"])
+        await producer.put_many(TOPIC, [b"ok", b"", b"fine"], tokens=[1, 2, 3])
+    assert outcomes(producer) == (2, 1, {"message body is empty: nsqd rejects empty messages": 1})
+    assert [(outcome.tokens, outcome.error is None) for outcome in seen] == [
+        ([2], False),
+        ([1, 3], True),
+    ]
+    assert tail(nsqd, 2) == [b"ok", b"fine"]
 
 
 # -- streaming --------------------------------------------------------------------------
 
 
-async def test_streaming_counts_every_outcome_exactly(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address, max_message_size=200) as producer:
+async def test_streaming_counts_every_outcome_exactly(local_nsq: LocalNsq) -> None:
+    nsqd = local_nsq.nsqd("small-messages", extra_args=["--max-msg-size=200"])
+    async with Producer(nsqd.tcp_address) as producer:
         for index, body in enumerate(numbered(1000)):
             await producer.put(TOPIC, body)
             if index % 200 == 0:
@@ -193,15 +236,25 @@ async def test_streaming_counts_every_outcome_exactly(nsqd: Nsqd) -> None:
                 await producer.put(TOPIC, b"z" * 201)
         await producer.flush()
         assert producer.pending == 0
-        assert outcomes(producer) == (
-            1000,
-            10,
-            {
-                "message body is empty: nsqd rejects empty messages": 5,
-                "message of 201 bytes is over max_message_size (200): not sent": 5,
-            },
-        )
+        acknowledged, failed, reasons = outcomes(producer)
+    assert (acknowledged, failed) == (1000, 10)
+    assert reasons["message body is empty: nsqd rejects empty messages"] == 5
+    assert sum(count for reason, count in reasons.items() if "too big 201 > 200" in reason) == 5
     assert tail(nsqd, 1000) == numbered(1000)
+
+
+async def test_outcomes_come_back_with_their_tokens_in_order(nsqd: Nsqd) -> None:
+    seen: list[Outcome] = []
+    bodies = numbered(3000)
+    async with Producer(nsqd.tcp_address, max_body_size=4096, on_outcome=seen.append) as producer:
+        await producer.put_many(TOPIC, bodies[:1000], tokens=range(1000))
+        await producer.put_many(TOPIC, bodies[1000:2000])
+        for index in range(2000, 3000):
+            await producer.put(TOPIC, bodies[index], token=index)
+    assert all(outcome.error is None and outcome.topic == TOPIC for outcome in seen)
+    assert [body for outcome in seen for body in outcome.bodies] == bodies
+    tokens = [token for outcome in seen for token in outcome.tokens or [None] * len(outcome.bodies)]
+    assert tokens == [*range(1000), *[None] * 1000, *range(2000, 3000)]
 
 
 async def test_streamed_mpubs_in_flight_keep_their_order(nsqd: Nsqd) -> None:
@@ -484,16 +537,6 @@ async def test_put_many_keeps_order_and_counts(nsqd: Nsqd) -> None:
         await producer.flush()
         assert outcomes(producer) == (5000, 0, {})
     assert tail(nsqd, 5000) == bodies
-
-
-async def test_put_many_counts_refused_messages_one_by_one(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address, max_message_size=10) as producer:
-        await producer.put_many(TOPIC, [b"ok", b"", b"x" * 11, b"fine"])
-        await producer.flush()
-        acknowledged, failed, reasons = outcomes(producer)
-    assert (acknowledged, failed) == (2, 2)
-    assert nsqd.topic_depth(TOPIC) == 2
-    assert sum(reasons.values()) == 2
 
 
 async def test_deferred_puts_are_held_back_by_nsqd(nsqd: Nsqd) -> None:
