@@ -29,13 +29,24 @@ def parse_delimiter(text: str) -> bytes:
 async def split_records(
     chunks: AsyncIterable[bytes], delimiter: bytes
 ) -> AsyncIterator[list[bytes]]:
-    """The non-empty records of a byte stream, a list per chunk that completed some."""
-    leftover = b""
+    """The non-empty records of a byte stream, a list per chunk that completed some.
+
+    Linear in the input, however long a record: the chunks of a record still without
+    its delimiter are kept as they came and joined once, when it ends.
+    """
+    unfinished: list[bytes] = []  # chunks holding the start of the next record
     async for chunk in chunks:
-        parts = (leftover + chunk).split(delimiter)
-        leftover = parts.pop()
+        if delimiter not in chunk:
+            unfinished.append(chunk)
+            continue
+        if unfinished:
+            unfinished.append(chunk)
+            chunk = b"".join(unfinished)
+        parts = chunk.split(delimiter)
+        last = parts.pop()
+        unfinished = [last] if last else []
         records = [part for part in parts if part]
         if records:
             yield records
-    if leftover:
-        yield [leftover]
+    if unfinished:
+        yield [b"".join(unfinished)]
