@@ -4,8 +4,11 @@ Drop-in for Go's to_nsq: same flags; records split on a one-byte --delimiter, em
 ones skipped, each published to EVERY --nsqd-tcp-address (fan-out). Beyond it:
 pipelined MPUB batches instead of one round trip per record; a last record without a
 delimiter is kept whole; --defer (DPUB); input files as arguments; a progress line on
-a terminal; exit status 1 with a count when any record was not acknowledged by every
-nsqd, so nothing read is silently dropped.
+a terminal. Nothing read is silently dropped: while an nsqd restarts, reading stops and
+its records wait (up to --reconnect-timeout); exit status 1 with a count when any
+record was not acknowledged by every nsqd, and --failed-file keeps exactly those
+records, so that feeding it back completes the job. A second SIGINT/SIGTERM exits at
+once, still with the count (every record without an answer counts as failed).
 """
 
 from __future__ import annotations
@@ -34,8 +37,12 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import trio
+
     from nsqtools.config import ClientConfig
-    from nsqtools.producer import Producer
+    from nsqtools.producer import Outcome, Producer
 
 TOOL = "to_nsq"
 PROGRESS_INTERVAL = 0.5
@@ -65,6 +72,20 @@ PROGRESS_INTERVAL = 0.5
 @click.option(
     "--defer", type=DURATION, help="Deliver each message after this delay (DPUB), e.g. 30s."
 )
+@click.option(
+    "--failed-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write every record not acknowledged by every nsqd here, delimited as read, so "
+    "that `to_nsq ... < FILE` completes the job (emptied at start).",
+)
+@click.option(
+    "--reconnect-timeout",
+    type=DURATION,
+    default="2m",
+    show_default=True,
+    help="While an nsqd that was reachable is down, stop reading, keep its records and "
+    "redial it for this long before counting them failed.",
+)
 @connection_options("producer-opt")
 @logging_options(TOOL)
 @version_option(TOOL)
@@ -86,88 +107,208 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
         delimiter = parse_delimiter(options["delimiter"])
     except (LocalProtocolError, DelimiterError) as error:
         raise click.UsageError(str(error)) from None
+    sources = files or (Path("-"),)
     config = build_config(TOOL, options)
     configure_logging(options["log_level"], options["log_prefix"])
+    failed_file = _open_failed_file(options["failed_file"], sources, delimiter)
     import trio
 
     tune_gc_for_throughput()
-    trio.run(publish, files or (Path("-"),), topic, addresses, config, delimiter, options)
+    run_ = _Run(topic, delimiter, failed_file, options)
+    trio.run(run_.publish, sources, addresses, config)
 
 
-async def publish(
-    sources: tuple[Path, ...],
-    topic: str,
-    addresses: list[str],
-    config: ClientConfig,
-    delimiter: bytes,
-    options: dict[str, Any],
-) -> None:
-    import sys
+class _FailedFile:
+    """--failed-file: the records that failed, each followed by the delimiter, made
+    durable (fsync) before the command reports."""
 
-    import trio
+    def __init__(self, path: Path, delimiter: bytes) -> None:
+        self.path = path
+        self.delimiter = delimiter
+        self._file = path.open("wb")
 
-    from nsqtools.producer import Producer
+    def write(self, records: Sequence[bytes]) -> None:
+        delimiter = self.delimiter
+        self._file.write(b"".join(record + delimiter for record in records))
 
-    async with Producer(addresses, config, mode="all") as producer, trio.open_nursery() as nursery:
-        reading = trio.CancelScope()
-        nursery.start_soon(_stop_reading_on_signals, reading)
-        if sys.stderr.isatty():
-            nursery.start_soon(_show_progress, producer)
-        with reading:
-            for source in sources:
-                await _publish_source(producer, source, topic, delimiter, options)
-        await producer.flush()
-        nursery.cancel_scope.cancel()
-    _report(producer)
+    def close(self) -> None:
+        """Flush and fsync; safe twice."""
+        import os
+
+        if self._file.closed:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
 
 
-async def _publish_source(
-    producer: Producer, source: Path, topic: str, delimiter: bytes, options: dict[str, Any]
-) -> None:
+def _open_failed_file(
+    path: Path | None, sources: Sequence[Path], delimiter: bytes
+) -> _FailedFile | None:
+    """The failed file, emptied; never one of the inputs, which emptying would destroy."""
     import os
 
-    import trio
-
-    from nsqtools import flow
-    from nsqtools.commands.stdio import read_chunks
-    from nsqtools.records import split_records
-
-    fd = 0 if str(source) == "-" else os.open(source, os.O_RDONLY)
-    delay = options["defer"]
-    bucket = flow.TokenBucket(options["rate"], trio.current_time()) if options["rate"] else None
+    if path is None:
+        return None
+    if path.exists():
+        for source in sources:
+            status = os.fstat(0) if str(source) == "-" else os.stat(source)
+            if os.path.samestat(status, os.stat(path)):
+                fail(f"--failed-file {path} is also an input: write it elsewhere")
     try:
-        async for records in split_records(read_chunks(fd), delimiter):
-            while bucket is not None and records:
-                granted = bucket.take(len(records), trio.current_time())
-                await _put(producer, topic, records[:granted], delay)
-                records = records[granted:]
-                if records:
-                    await trio.sleep(bucket.wait_time(trio.current_time()))
-            await _put(producer, topic, records, delay)
-    finally:
-        if fd != 0:
-            os.close(fd)
+        return _FailedFile(path, delimiter)
+    except OSError as error:
+        fail(f"cannot write --failed-file {path}: {error.strerror}")
 
 
-async def _put(producer: Producer, topic: str, records: list[bytes], delay: float | None) -> None:
-    """Queue records read; a signal stops the reading, never the queueing of what was read."""
-    import trio
+class _Run:
+    """One to_nsq run: reading, publishing, signals, and what is reported at the end."""
 
-    with trio.CancelScope(shield=True):
-        await producer.put_many(topic, records, delay)
+    def __init__(
+        self,
+        topic: str,
+        delimiter: bytes,
+        failed_file: _FailedFile | None,
+        options: dict[str, Any],
+    ) -> None:
+        self.topic = topic
+        self.delimiter = delimiter
+        self.failed_file = failed_file
+        self.rate: int = options["rate"]
+        self.delay: float | None = options["defer"]
+        self.reconnect_timeout: float = options["reconnect_timeout"]
+        self.held: list[bytes] = []  # read, not yet given to the producer (--rate)
+        self.unsent = 0  # held records given up on a second signal
+        self.producer: Producer | None = None
 
+    async def publish(
+        self, sources: tuple[Path, ...], addresses: list[str], config: ClientConfig
+    ) -> None:
+        import sys
 
-async def _stop_reading_on_signals(reading: Any) -> None:
-    """First SIGINT/SIGTERM: read no more, publish what was read, exit. Second: at once."""
-    import os
+        import trio
 
-    import trio
+        from nsqtools.producer import Producer
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            if reading.cancel_called:
+        on_outcome = self._record_failures if self.failed_file is not None else None
+        producer = Producer(
+            addresses,
+            config,
+            mode="all",
+            reconnect_timeout=self.reconnect_timeout,
+            on_outcome=on_outcome,
+        )
+        self.producer = producer
+        async with producer, trio.open_nursery() as nursery:
+            reading = trio.CancelScope()
+            nursery.start_soon(self._stop_reading_on_signals, reading)
+            if sys.stderr.isatty():
+                nursery.start_soon(_show_progress, producer)
+            with reading:
+                for source in sources:
+                    await self._publish_source(source)
+            await producer.flush()
+            nursery.cancel_scope.cancel()
+        self._finish()
+
+    async def _publish_source(self, source: Path) -> None:
+        import os
+
+        import trio
+
+        from nsqtools import flow
+        from nsqtools.commands.stdio import read_chunks
+        from nsqtools.records import split_records
+
+        fd = 0 if str(source) == "-" else os.open(source, os.O_RDONLY)
+        bucket = flow.TokenBucket(self.rate, trio.current_time()) if self.rate else None
+        try:
+            async for records in split_records(read_chunks(fd), self.delimiter):
+                self.held = records
+                while bucket is not None and len(self.held) > 0:
+                    granted = bucket.take(len(self.held), trio.current_time())
+                    await self._put(self.held[:granted])
+                    self.held = self.held[granted:]
+                    if self.held:
+                        await trio.sleep(bucket.wait_time(trio.current_time()))
+                await self._put(self.held)
+                self.held = []
+        finally:
+            if fd != 0:
+                os.close(fd)
+
+    async def _put(self, records: list[bytes]) -> None:
+        """Queue records read; a signal stops the reading, never the queueing of what was read."""
+        import trio
+
+        assert self.producer is not None
+        with trio.CancelScope(shield=True):
+            await self.producer.put_many(self.topic, records, self.delay)
+
+    def _record_failures(self, outcome: Outcome) -> None:
+        if outcome.error is not None and self.failed_file is not None:
+            self.failed_file.write(outcome.bodies)
+
+    async def _stop_reading_on_signals(self, reading: trio.CancelScope) -> None:
+        """First SIGINT/SIGTERM: read no more, publish what was read, exit. Second: exit
+        at once, every record without an answer counted failed (and in the failed file)."""
+        import os
+
+        import trio
+
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if not reading.cancel_called:
+                    reading.cancel()
+                    continue
+                self._abandon()
                 os._exit(128 + signum)
-            reading.cancel()
+
+    def _abandon(self) -> None:
+        """Count (and keep in the failed file) every record without an answer yet."""
+        import sys
+
+        assert self.producer is not None
+        self.producer.abandon("interrupted before every nsqd acknowledged")
+        if self.held:
+            self.unsent = len(self.held)
+            if self.failed_file is not None:
+                self.failed_file.write(self.held)
+        if self.failed_file is not None:
+            self.failed_file.close()
+        problem = self._problem()
+        if problem is not None:
+            sys.stderr.write(f"{TOOL}: error: {problem}\n")
+            sys.stderr.flush()
+
+    def _finish(self) -> None:
+        """Make the failed file durable; exit 1 with a count if any record failed."""
+        if self.failed_file is not None:
+            self.failed_file.close()
+        problem = self._problem()
+        if problem is not None:
+            fail(problem)
+
+    def _problem(self) -> str | None:
+        """How many records failed and the commonest reason; None when none did."""
+        from collections import Counter
+
+        assert self.producer is not None
+        producer = self.producer
+        reasons = Counter(producer.failure_reasons)
+        if self.unsent:
+            reasons["interrupted before it was sent"] += self.unsent
+        failed = producer.failed + self.unsent
+        if not failed:
+            return None
+        total = producer.acknowledged + failed
+        reason, count = reasons.most_common(1)[0]
+        more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
+        where = f"; they are in {self.failed_file.path}" if self.failed_file is not None else ""
+        return (
+            f"{failed:,} of {total:,} records were not published to every nsqd: "
+            f"{reason} ({count:,}){more}{where}"
+        )
 
 
 async def _show_progress(producer: Producer) -> None:
@@ -190,20 +331,6 @@ async def _show_progress(producer: Producer) -> None:
     finally:
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
-
-
-def _report(producer: Producer) -> None:
-    """Exit 1 with a count when any record was not acknowledged by every nsqd."""
-    if not producer.failed:
-        return
-    total = producer.acknowledged + producer.failed
-    reason, count = max(producer.failure_reasons.items(), key=lambda item: item[1])
-    others = len(producer.failure_reasons) - 1
-    more = f" (and {others} other reasons)" if others else ""
-    fail(
-        f"{producer.failed:,} of {total:,} records were not published to every nsqd: "
-        f"{reason} ({count:,}){more}"
-    )
 
 
 def main() -> None:
