@@ -59,6 +59,13 @@ class Cluster:
     def nsqd(self) -> Nsqd:
         return self.nsqds[0]
 
+    def publish_many(self, topic: str, bodies: Callable[[Nsqd], list[bytes]]) -> None:
+        """Publish bodies(nsqd) to each nsqd, and wait until the lookupd lists them all
+        for the topic (else a consumer's first lookup may find only some)."""
+        for nsqd in self.nsqds:
+            nsqd.publish_many(topic, bodies(nsqd))
+        self.lookupd.wait_for_topic(topic, self.nsqds)
+
 
 @pytest.fixture
 def local_nsq(tmp_path: Path) -> Iterator[LocalNsq]:

@@ -63,8 +63,7 @@ async def consume(consumer: Consumer, count: int) -> list[tuple[str, bytes]]:
 
 
 async def test_two_nsqds_behind_a_lookupd_are_both_drained(cluster2: Cluster) -> None:
-    for nsqd in cluster2.nsqds:
-        nsqd.publish_many(TOPIC, bodies(nsqd.name, 50))
+    cluster2.publish_many(TOPIC, lambda nsqd: bodies(nsqd.name, 50))
     config = make_config(max_in_flight=20)
     lookupds = [cluster2.lookupd.http_address]
     async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
@@ -76,8 +75,7 @@ async def test_two_nsqds_behind_a_lookupd_are_both_drained(cluster2: Cluster) ->
 
 
 async def test_max_in_flight_one_drains_two_nsqds(cluster2: Cluster) -> None:
-    for nsqd in cluster2.nsqds:
-        nsqd.publish_many(TOPIC, bodies(nsqd.name, 5))
+    cluster2.publish_many(TOPIC, lambda nsqd: bodies(nsqd.name, 5))
     config = make_config(max_in_flight=1, low_rdy_idle_timeout=1.0, rdy_redistribute_interval=0.05)
     lookupds = [cluster2.lookupd.http_address]
     async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
@@ -87,8 +85,7 @@ async def test_max_in_flight_one_drains_two_nsqds(cluster2: Cluster) -> None:
 
 
 async def test_ready_never_exceeds_max_in_flight_in_total(cluster2: Cluster) -> None:
-    for nsqd in cluster2.nsqds:
-        nsqd.publish(TOPIC, b"x")
+    cluster2.publish_many(TOPIC, lambda nsqd: [b"x"])
     config = make_config(max_in_flight=7)
     lookupds = [cluster2.lookupd.http_address]
     async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:

@@ -224,6 +224,26 @@ class Nsqlookupd(NsqProcess):
         nodes = httpx.get(f"http://{self.http_address}/nodes", timeout=2.0).json()
         return {producer["tcp_port"] for producer in nodes.get("producers") or []}
 
+    def topic_tcp_ports(self, topic: str) -> set[int]:
+        """TCP ports of the nsqds this lookupd lists for the topic."""
+        response = httpx.get(
+            f"http://{self.http_address}/lookup", params={"topic": topic}, timeout=2.0
+        )
+        if response.status_code == 404:  # no nsqd has the topic yet
+            return set()
+        response.raise_for_status()
+        return {producer["tcp_port"] for producer in response.json().get("producers") or []}
+
+    def wait_for_topic(self, topic: str, nsqds: Iterable[Nsqd]) -> None:
+        """Wait until every nsqd given has registered the topic: nsqd registers a new
+        topic with its lookupds in the background, after answering the publish."""
+        ports = {int(nsqd.tcp_address.rsplit(":", 1)[1]) for nsqd in nsqds}
+        wait_until(
+            lambda: ports <= self.topic_tcp_ports(topic),
+            START_TIMEOUT,
+            f"{len(ports)} nsqds to register topic {topic} with {self.name}",
+        )
+
     def wait_for_nsqd(self, nsqd: Nsqd, timeout: float = START_TIMEOUT) -> None:
         port = int(nsqd.tcp_address.rsplit(":", 1)[1])
         wait_until(
