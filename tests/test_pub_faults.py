@@ -277,15 +277,22 @@ def test_an_nsqd_gone_for_good_fails_the_rest_after_the_reconnect_timeout(
 
 
 def test_a_second_signal_exits_at_once_and_still_counts(nsqd: Nsqd, tmp_path: Path) -> None:
-    """nsqd frozen: nothing can be acknowledged. The first SIGINT stops reading; the
-    second exits at once, counting every record without an answer as failed and
+    """nsqd frozen: nothing can be acknowledged. The first SIGINT stops reading and says
+    so; the second exits at once, counting every record without an answer as failed and
     keeping it in the failed file."""
     failed = tmp_path / "failed"
-    process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=sig", f"--failed-file={failed}"],
-        stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    errors = tmp_path / "stderr"
+    with errors.open("wb") as stderr:
+        process = subprocess.Popen(
+            [
+                TOOL,
+                f"--nsqd-tcp-address={nsqd.tcp_address}",
+                "--topic=sig",
+                f"--failed-file={failed}",
+            ],
+            stdin=subprocess.PIPE,
+            stderr=stderr,
+        )
     assert process.stdin is not None
     process.stdin.write(records(0, 100))
     process.stdin.flush()
@@ -295,13 +302,17 @@ def test_a_second_signal_exits_at_once_and_still_counts(nsqd: Nsqd, tmp_path: Pa
         process.stdin.flush()
         stdin = process.stdin
         wait_until(lambda: unread(stdin) == 0, 10, "to_nsq to read the records")
+        # Signals are sent one at a time: the same signal twice before it is handled
+        # is one signal.
         process.send_signal(signal.SIGINT)
+        wait_until(lambda: b"stopping:" in errors.read_bytes(), 10, "the first signal")
         process.send_signal(signal.SIGINT)
-        stderr = finish(process)
+        process.wait(30)
     assert process.returncode == 130
-    message = stderr.decode().splitlines()[-1]
-    assert message.startswith("to_nsq: error: 100 of 200 records were not published")
-    assert "interrupted before" in message
+    lines = errors.read_text().splitlines()
+    assert "stopping: reading no more; 100 records wait for an answer" in lines[-2]
+    assert lines[-1].startswith("to_nsq: error: 100 of 200 records were not published")
+    assert "interrupted before" in lines[-1]
     assert failed.read_bytes() == records(100, 200)
 
 

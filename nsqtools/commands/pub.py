@@ -260,9 +260,21 @@ class _Run:
             async for signum in signals:
                 if not reading.cancel_called:
                     reading.cancel()
+                    self._say_stopping()
                     continue
                 self._abandon()
                 os._exit(128 + signum)
+
+    def _say_stopping(self) -> None:
+        import logging
+
+        assert self.producer is not None
+        waiting = self.producer.pending + len(self.held)
+        logging.getLogger("nsqtools").info(
+            "stopping: reading no more; %s records wait for an answer "
+            "(a second signal exits at once, counting them failed)",
+            f"{waiting:,}",
+        )
 
     def _abandon(self) -> None:
         """Count (and keep in the failed file) every record without an answer yet."""

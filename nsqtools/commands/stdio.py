@@ -1,9 +1,10 @@
 """The standard streams from trio: whole writes, chunked reads, never stalling heartbeats.
 
 A read from or write to a pipe or terminal can block for as long as the other side
-pleases; on trio's thread that would stop heartbeats, so those calls go to a worker
-thread. Regular files and /dev/null never block for long and are used directly.
-Writes hold a lock, so lines from several topics never interleave. A closed pipe
+pleases; on trio's thread that would stop heartbeats, so reads wait for the fd to be
+readable first and writes go to a worker thread. Regular files and /dev/null never
+block for long and are used directly. Writes hold a lock, so lines from several topics
+never interleave. A closed pipe
 (`nsq_tail | head`) is reported as PipeClosed, which commands treat as a normal end.
 """
 
@@ -58,14 +59,20 @@ class StdoutWriter:
 
 
 async def read_chunks(fd: int) -> AsyncIterator[bytes]:
-    """The bytes of `fd` until its end, in chunks of up to READ_SIZE."""
+    """The bytes of `fd` until its end, in chunks of up to READ_SIZE.
+
+    A pipe or terminal is waited on until readable, then read: a cancelled wait has
+    taken nothing from it (a read in a worker thread, abandoned, would take a chunk and
+    drop it). No checkpoint comes between a read and the yield, so a caller that does
+    not checkpoint before it uses the chunk loses none to a cancellation.
+    """
     blocks = may_block(fd)
     while True:
         if blocks:
-            chunk = await trio.to_thread.run_sync(os.read, fd, READ_SIZE, abandon_on_cancel=True)
+            await trio.lowlevel.wait_readable(fd)
         else:
-            chunk = os.read(fd, READ_SIZE)
             await trio.lowlevel.checkpoint()
+        chunk = os.read(fd, READ_SIZE)
         if not chunk:
             return
         yield chunk
