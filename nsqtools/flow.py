@@ -9,10 +9,11 @@ least the number of connections it is spread evenly; when it is smaller, the few
 units rotate: a connection idle for low_rdy_idle_timeout gives its unit up at the
 next redistribution, so every nsqd is eventually drained.
 
-Backoff (go-nsq's semantics): a failure raises the backoff level and pauses the
-consumer (RDY 0 everywhere) for a duration that grows with the level; after the pause
-one connection gets RDY 1 to test the water; a success lowers the level, and at level
-0 full speed resumes. Only one result per pause counts.
+Backoff (go-nsq's semantics): a failure raises the backoff level (while the pause of
+the next level, backoff_multiplier * 2^level, still fits under max_backoff_duration)
+and pauses the consumer (RDY 0 everywhere) for a duration that grows with the level;
+after the pause one connection gets RDY 1 to test the water; a success lowers the
+level, and at level 0 full speed resumes. Only one result per pause counts.
 """
 
 from __future__ import annotations
@@ -107,8 +108,6 @@ class Backoff:
         self.level = 0
         self.paused = False
         self.pause_duration = 0.0
-        # Beyond this level the duration is capped anyway; stop counting there.
-        self.max_level = max(1, math.ceil(math.log2(max(max_duration, 2.0))))
 
     @property
     def active(self) -> bool:
@@ -116,18 +115,35 @@ class Backoff:
         return self.level > 0
 
     def duration(self) -> float:
-        exponential = min(self.multiplier * 2.0**self.level, self.max_duration)
+        exponential = min(self._exponential(self.level), self.max_duration)
         if self.strategy == "full_jitter":
             return self.rng.uniform(0, exponential)
         return exponential
+
+    def _exponential(self, level: int) -> float:
+        # ldexp: multiplier * 2^level, and 0 rather than an overflow when the multiplier is 0.
+        return math.ldexp(self.multiplier, level)
+
+    def _raise_level(self) -> bool:
+        """go-nsq's cap: a failure raises the level only while the pause of the next level,
+        multiplier * 2^(level + 1), is at most max_duration (so 0 means no backoff at all).
+        With full_jitter go-nsq checks a random draw instead, so its level may creep past
+        this point now and then; ours stops where the exponential one does."""
+        if self._exponential(self.level + 1) > self.max_duration:
+            return False
+        self.level += 1
+        return True
 
     def record(self, success: bool) -> BackoffAction:
         """One message outcome. Ignored during a pause: only one result per window counts."""
         if self.paused or (success and self.level == 0):
             return BackoffAction.NOTHING
-        self.level = min(self.level + 1, self.max_level) if not success else self.level - 1
-        if self.level == 0:
-            return BackoffAction.RESUME
+        if success:
+            self.level -= 1
+            if self.level == 0:
+                return BackoffAction.RESUME
+        elif not self._raise_level() and self.level == 0:
+            return BackoffAction.NOTHING
         self.paused = True
         self.pause_duration = self.duration()
         return BackoffAction.PAUSE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from nsqtools.flow import (
@@ -109,8 +109,62 @@ def test_backoff_is_capped_by_max_duration() -> None:
     for _ in range(20):
         backoff.record(success=False)
         backoff.pause_ended()
-    assert backoff.duration() == 120.0
-    assert backoff.level == backoff.max_level
+    assert backoff.duration() == 64.0  # 128s would exceed the 120s maximum
+    assert backoff.level == 6
+
+
+NANOSECONDS = 1_000_000_000
+ONE_HOUR_NS = 3600 * NANOSECONDS  # go-nsq's upper bound for both options
+
+
+def go_nsq_level_after_failure(level: int, multiplier_ns: int, max_ns: int) -> int:
+    """go-nsq v1.1.0 startStopContinueBackoff, backoffFlag: the level rises only when
+    ExponentialStrategy.Calculate(level + 1), multiplier * 2^(level + 1) in integer
+    nanoseconds, is <= MaxBackoffDuration."""
+    return level + 1 if multiplier_ns << (level + 1) <= max_ns else level
+
+
+def go_nsq_pause_ns(level: int, multiplier_ns: int, max_ns: int) -> int:
+    """Its pause at a level > 0: Calculate(level), capped at MaxBackoffDuration."""
+    return min(multiplier_ns << level, max_ns)
+
+
+@given(
+    st.integers(1, ONE_HOUR_NS),
+    st.integers(0, ONE_HOUR_NS),
+    st.integers(1, 60),
+)
+@example(multiplier_ns=NANOSECONDS // 10, max_ns=120 * NANOSECONDS, failures=20)
+@example(multiplier_ns=NANOSECONDS, max_ns=120 * NANOSECONDS, failures=20)
+@example(multiplier_ns=NANOSECONDS, max_ns=128 * NANOSECONDS, failures=20)  # exactly 2^7
+@example(multiplier_ns=NANOSECONDS, max_ns=0, failures=3)  # 0: no backoff at all
+def test_backoff_level_rises_only_while_the_next_pause_fits_as_in_go_nsq(
+    multiplier_ns: int, max_ns: int, failures: int
+) -> None:
+    backoff = Backoff(
+        "exponential", multiplier_ns / NANOSECONDS, max_ns / NANOSECONDS, random.Random(0)
+    )
+    level = 0
+    for _ in range(failures):
+        level = go_nsq_level_after_failure(level, multiplier_ns, max_ns)
+        action = backoff.record(success=False)
+        assert backoff.level == level
+        if level == 0:
+            assert action is BackoffAction.NOTHING
+            continue
+        assert action is BackoffAction.PAUSE
+        assert backoff.pause_duration == go_nsq_pause_ns(level, multiplier_ns, max_ns) / NANOSECONDS
+        backoff.pause_ended()
+
+
+def test_longest_pause_at_a_two_minute_maximum_depends_on_the_multiplier() -> None:
+    """The issue's numbers: with max_backoff_duration 2m, 102.4s at 100ms and 64s at 1s."""
+    for multiplier, longest in ((0.1, 102.4), (1.0, 64.0)):
+        backoff = Backoff("exponential", multiplier, 120.0, random.Random(0))
+        for _ in range(30):
+            backoff.record(success=False)
+            backoff.pause_ended()
+        assert backoff.pause_duration == longest
 
 
 def test_full_jitter_stays_below_the_exponential_duration() -> None:
