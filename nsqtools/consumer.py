@@ -98,7 +98,7 @@ class Batch:
         ids = self._take(messages)
         if ids:
             self._link.answer(cmd.fin_many(ids), len(ids))
-            self._link.consumer._record_outcome(success=True, count=len(ids))
+            self._link.consumer._record_outcome(flow.Outcome.FINISHED, len(ids))
 
     def requeue(
         self,
@@ -117,7 +117,8 @@ class Batch:
         if not ids:
             return
         self._link.answer(self._link.consumer._requeue_commands(chosen, ids, delay), len(ids))
-        self._link.consumer._record_outcome(success=not backoff, count=len(ids), requeued=True)
+        outcome = flow.Outcome.FAILED if backoff else flow.Outcome.REQUEUED
+        self._link.consumer._record_outcome(outcome, len(ids))
 
     def touch(self, messages: Sequence[Message] | None = None) -> None:
         """Reset nsqd's timeout for these unanswered messages (default: all unanswered)."""
@@ -382,13 +383,13 @@ class Consumer:
             if message.id in wanted
         )
 
-    def _record_outcome(self, *, success: bool, count: int, requeued: bool = False) -> None:
-        if requeued:
-            self.requeued += count
-        else:
+    def _record_outcome(self, outcome: flow.Outcome, count: int) -> None:
+        if outcome is flow.Outcome.FINISHED:
             self.finished += count
-        if not success or self._backoff.active:
-            self._apply_backoff(self._backoff.record(success))
+        else:
+            self.requeued += count
+        if outcome is flow.Outcome.FAILED or self._backoff.active:
+            self._apply_backoff(self._backoff.record(outcome))
 
     def _apply_backoff(self, action: flow.BackoffAction) -> None:
         if action is flow.BackoffAction.NOTHING:

@@ -13,7 +13,8 @@ Backoff (go-nsq's semantics): a failure raises the backoff level (while the paus
 the next level, backoff_multiplier * 2^level, still fits under max_backoff_duration)
 and pauses the consumer (RDY 0 everywhere) for a duration that grows with the level;
 after the pause one connection gets RDY 1 to test the water; a success lowers the
-level, and at level 0 full speed resumes. Only one result per pause counts.
+level, a requeue without backoff keeps it, and at level 0 full speed resumes. Only one
+result per pause counts.
 """
 
 from __future__ import annotations
@@ -83,6 +84,14 @@ def plan_ready(
     return rotate_scarce_ready(max_in_flight, connections, low_rdy_idle_timeout, rng)
 
 
+class Outcome(Enum):
+    """What the application did with a message, as go-nsq's backoff signals count it."""
+
+    FINISHED = "finished"  # go-nsq's resume: lowers the level
+    FAILED = "failed"  # a requeue with backoff: raises it
+    REQUEUED = "requeued"  # a requeue without backoff, go-nsq's continue: keeps it
+
+
 class BackoffAction(Enum):
     NOTHING = "nothing"
     PAUSE = "pause"  # RDY 0 everywhere for `Backoff.pause_duration`, then test the water
@@ -124,26 +133,28 @@ class Backoff:
         # ldexp: multiplier * 2^level, and 0 rather than an overflow when the multiplier is 0.
         return math.ldexp(self.multiplier, level)
 
-    def _raise_level(self) -> bool:
+    def _fits(self, level: int) -> bool:
         """go-nsq's cap: a failure raises the level only while the pause of the next level,
-        multiplier * 2^(level + 1), is at most max_duration (so 0 means no backoff at all).
+        multiplier * 2^level, is at most max_duration (so 0 means no backoff at all).
         With full_jitter go-nsq checks a random draw instead, so its level may creep past
         this point now and then; ours stops where the exponential one does."""
-        if self._exponential(self.level + 1) > self.max_duration:
-            return False
-        self.level += 1
-        return True
+        return self._exponential(level) <= self.max_duration
 
-    def record(self, success: bool) -> BackoffAction:
-        """One message outcome. Ignored during a pause: only one result per window counts."""
-        if self.paused or (success and self.level == 0):
+    def record(self, outcome: Outcome) -> BackoffAction:
+        """One message outcome. Ignored during a pause: only one result per window counts.
+
+        While backing off, every outcome starts another pause (or resumes at level 0), as
+        go-nsq's resume, backoff and continue signals do."""
+        if self.paused or (self.level == 0 and outcome is not Outcome.FAILED):
             return BackoffAction.NOTHING
-        if success:
+        if outcome is Outcome.FINISHED:
             self.level -= 1
             if self.level == 0:
                 return BackoffAction.RESUME
-        elif not self._raise_level() and self.level == 0:
-            return BackoffAction.NOTHING
+        elif outcome is Outcome.FAILED and self._fits(self.level + 1):
+            self.level += 1
+        if self.level == 0:
+            return BackoffAction.NOTHING  # a failure, but max_duration allows no pause
         self.paused = True
         self.pause_duration = self.duration()
         return BackoffAction.PAUSE

@@ -147,6 +147,31 @@ async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
         await wait_for(lambda: ready() == 10, "full RDY again after a success")
 
 
+async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
+    """go-nsq's continue: while testing the water, a requeue without backoff is neither a
+    success (full RDY) nor a failure: another pause (RDY 0), then RDY 1 again."""
+    nsqd.publish_many(TOPIC, bodies("continue", 3))
+    config = make_config(max_in_flight=10, backoff_multiplier=0.5)
+
+    def ready() -> int:
+        clients = channel(nsqd)["clients"]
+        return int(clients[0]["ready_count"]) if clients else -1
+
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        batches = aiter(consumer)
+        (await anext(batches)).requeue(delay=0)  # a failure: back off
+        await wait_for(lambda: ready() == 1, "RDY 1 to test the water after the pause")
+        with trio.fail_after(10):
+            batch = await anext(batches)
+        batch.requeue(delay=0, backoff=False)
+        with trio.fail_after(10):
+            while (after := await trio.to_thread.run_sync(ready)) == 1:
+                await trio.sleep(0.01)
+        assert after == 0, "another pause, not full speed"
+        await wait_for(lambda: ready() == 1, "RDY 1 again after the pause")
+
+
 async def test_max_attempts_gives_up_through_the_hook(nsqd: Nsqd) -> None:
     nsqd.publish(TOPIC, b"poison")
     given_up: list[Message] = []

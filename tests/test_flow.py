@@ -12,6 +12,7 @@ from nsqtools.flow import (
     Backoff,
     BackoffAction,
     ConnectionView,
+    Outcome,
     even_shares,
     plan_ready,
     probe_ready,
@@ -89,25 +90,40 @@ def make_backoff(strategy: str = "exponential") -> Backoff:
 
 def test_backoff_grows_then_shrinks_then_resumes() -> None:
     backoff = make_backoff()
-    assert backoff.record(success=True) is BackoffAction.NOTHING  # not backing off
-    assert backoff.record(success=False) is BackoffAction.PAUSE
+    assert backoff.record(Outcome.FINISHED) is BackoffAction.NOTHING  # not backing off
+    assert backoff.record(Outcome.FAILED) is BackoffAction.PAUSE
     assert (backoff.level, backoff.pause_duration) == (1, 2.0)
-    assert backoff.record(success=False) is BackoffAction.NOTHING  # one result per pause
+    assert backoff.record(Outcome.FAILED) is BackoffAction.NOTHING  # one result per pause
     backoff.pause_ended()
-    assert backoff.record(success=False) is BackoffAction.PAUSE
+    assert backoff.record(Outcome.FAILED) is BackoffAction.PAUSE
     assert (backoff.level, backoff.pause_duration) == (2, 4.0)
     backoff.pause_ended()
-    assert backoff.record(success=True) is BackoffAction.PAUSE  # shorter, still backing off
+    assert backoff.record(Outcome.FINISHED) is BackoffAction.PAUSE  # shorter, still backing off
     assert (backoff.level, backoff.pause_duration) == (1, 2.0)
     backoff.pause_ended()
-    assert backoff.record(success=True) is BackoffAction.RESUME
+    assert backoff.record(Outcome.FINISHED) is BackoffAction.RESUME
     assert not backoff.active
+
+
+def test_a_requeue_without_backoff_keeps_the_level() -> None:
+    """go-nsq's continue: while backing off, another pause at the same level; else nothing."""
+    backoff = make_backoff()
+    assert backoff.record(Outcome.REQUEUED) is BackoffAction.NOTHING  # not backing off
+    for _ in range(2):
+        backoff.record(Outcome.FAILED)
+        backoff.pause_ended()
+    assert backoff.record(Outcome.REQUEUED) is BackoffAction.PAUSE
+    assert (backoff.level, backoff.pause_duration) == (2, 4.0)
+    assert backoff.record(Outcome.REQUEUED) is BackoffAction.NOTHING  # one result per pause
+    backoff.pause_ended()
+    assert backoff.record(Outcome.FINISHED) is BackoffAction.PAUSE
+    assert backoff.level == 1
 
 
 def test_backoff_is_capped_by_max_duration() -> None:
     backoff = make_backoff()
     for _ in range(20):
-        backoff.record(success=False)
+        backoff.record(Outcome.FAILED)
         backoff.pause_ended()
     assert backoff.duration() == 64.0  # 128s would exceed the 120s maximum
     assert backoff.level == 6
@@ -147,7 +163,7 @@ def test_backoff_level_rises_only_while_the_next_pause_fits_as_in_go_nsq(
     level = 0
     for _ in range(failures):
         level = go_nsq_level_after_failure(level, multiplier_ns, max_ns)
-        action = backoff.record(success=False)
+        action = backoff.record(Outcome.FAILED)
         assert backoff.level == level
         if level == 0:
             assert action is BackoffAction.NOTHING
@@ -162,7 +178,7 @@ def test_longest_pause_at_a_two_minute_maximum_depends_on_the_multiplier() -> No
     for multiplier, longest in ((0.1, 102.4), (1.0, 64.0)):
         backoff = Backoff("exponential", multiplier, 120.0, random.Random(0))
         for _ in range(30):
-            backoff.record(success=False)
+            backoff.record(Outcome.FAILED)
             backoff.pause_ended()
         assert backoff.pause_duration == longest
 
