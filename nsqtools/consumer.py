@@ -94,7 +94,9 @@ class Batch:
         return [message for message in self.messages if message.id not in self._answered]
 
     def finish(self, messages: Sequence[Message] | None = None) -> None:
-        """FIN these messages (default: every one not yet answered)."""
+        """FIN these messages of this batch (default: every one not yet answered).
+
+        Each is answered once, however often it is listed; one answered before is skipped."""
         ids = self._take(messages)
         if ids:
             self._link.answer(cmd.fin_many(ids), len(ids))
@@ -112,13 +114,16 @@ class Batch:
         Without a delay each gets go-nsq's default, growing with its attempts. With
         backoff, the consumer slows down as go-nsq's does after a failure.
         """
-        chosen = self.unanswered() if messages is None else list(messages)
-        ids = self._take(chosen)
+        ids = self._take(messages)
         if not ids:
             return
-        self._link.answer(self._link.consumer._requeue_commands(chosen, ids, delay), len(ids))
+        consumer = self._link.consumer
+        if delay is None:
+            self._link.answer(consumer._default_requeues(self.messages, ids), len(ids))
+        else:
+            self._link.answer(cmd.req_many(ids, delay), len(ids))
         outcome = flow.Outcome.FAILED if backoff else flow.Outcome.REQUEUED
-        self._link.consumer._record_outcome(outcome, len(ids))
+        consumer._record_outcome(outcome, len(ids))
 
     def touch(self, messages: Sequence[Message] | None = None) -> None:
         """Reset nsqd's timeout for these unanswered messages (default: all unanswered)."""
@@ -126,23 +131,30 @@ class Batch:
         self._link.write(b"".join(cmd.touch(message.id) for message in chosen))
 
     def _take(self, messages: Sequence[Message] | None) -> list[bytes]:
-        """Mark messages answered and return the ids that were not answered before."""
+        """Mark messages answered and return the ids not answered before, each once."""
         if self._done:
             return []
-        if messages is None or (self._answered is None and len(messages) == len(self)):
+        if messages is None:
             if self._answered is None:
                 ids = self._received.ids  # the usual case: no Message objects, no set
             else:
                 ids = [message.id for message in self.unanswered()]
             self._done = True
         else:
-            answered = self._answered if self._answered is not None else set()
-            ids = [message.id for message in messages if message.id not in answered]
-            answered.update(ids)
-            self._answered = answered
-            self._done = len(answered) == len(self)
+            ids = self._take_some(messages)
         if self._done:
             self._link.open_batches.discard(self)
+        return ids
+
+    def _take_some(self, messages: Sequence[Message]) -> list[bytes]:
+        given = list(dict.fromkeys(message.id for message in messages))  # each once, in order
+        if not set(self._received.ids).issuperset(given):
+            raise ValueError("a batch answers only its own messages")
+        answered = self._answered if self._answered is not None else set()
+        ids = [message_id for message_id in given if message_id not in answered]
+        answered.update(ids)
+        self._answered = answered
+        self._done = len(answered) == len(self)
         return ids
 
 
@@ -364,11 +376,8 @@ class Consumer:
 
     # -- answers ---------------------------------------------------------------------
 
-    def _requeue_commands(
-        self, messages: list[Message], ids: list[bytes], delay: float | None
-    ) -> bytes:
-        if delay is not None:
-            return cmd.req_many(ids, delay)
+    def _default_requeues(self, messages: list[Message], ids: list[bytes]) -> bytes:
+        """REQ for each of ids with go-nsq's default delay, from its message's attempts."""
         wanted = set(ids)
         return b"".join(
             cmd.req(

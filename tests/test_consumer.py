@@ -243,6 +243,39 @@ async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
         assert not consumer.is_starved()
 
 
+@pytest.mark.parametrize("answer", ["finish", "requeue"])
+async def test_a_list_as_long_as_the_batch_answers_only_the_messages_in_it(
+    nsqd: Nsqd, answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """[m0, m0] on a batch of two answers m0 once; m1 stays in flight until answered."""
+    address = [nsqd.tcp_address]
+
+    def client() -> dict[str, Any]:
+        return dict(channel(nsqd)["clients"][0])
+
+    async with open_consumer(
+        TOPIC, CHANNEL, make_config(max_in_flight=2), nsqd_tcp_addresses=address
+    ) as consumer:
+        batches = aiter(consumer)
+        nsqd.publish(TOPIC, b"warm-up")
+        (await anext(batches)).finish()  # a connection's RDY is 1 until its first message
+        await wait_for(lambda: client()["ready_count"] == 2, "RDY 2")
+        await trio.to_thread.run_sync(nsqd.publish_many, TOPIC, [b"m0", b"m1"])
+        with trio.fail_after(10):
+            batch = await anext(batches)
+        assert [message.body for message in batch.messages] == [b"m0", b"m1"]
+        m0 = batch.messages[0]
+        getattr(batch, answer)([m0, m0])
+        await wait_for(lambda: client()["in_flight_count"] < 2, "m0 answered")
+        assert client()["in_flight_count"] == 1, "m1 still in flight"
+        with pytest.raises(ValueError, match="only its own"):
+            batch.finish([Message(b"0" * 16, 0, 1, b"from elsewhere")])
+        batch.finish()  # the rest: m1 alone
+        await wait_for(lambda: client()["in_flight_count"] == 0, "m1 finished")
+        assert client()["finish_count"] == (3 if answer == "finish" else 2)
+    assert "FAILED" not in caplog.text
+
+
 async def test_a_refused_direct_address_fails_at_start(nsqd: Nsqd) -> None:
     address = nsqd.tcp_address
     nsqd.stop()
