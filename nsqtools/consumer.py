@@ -170,6 +170,7 @@ class _Link:
         self.in_flight = 0
         self.received_since_ready = 0
         self.last_message_at = 0.0
+        self.ready_set_at = 0.0  # when RDY was last set above 0 (go-nsq's LastRdyTime)
         self.open_batches: set[Batch] = set()
         self.running = False
         self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
@@ -183,7 +184,11 @@ class _Link:
     def view(self, now: float) -> flow.ConnectionView:
         assert self.conn is not None
         return flow.ConnectionView(
-            self.address, self.conn.identify.max_rdy_count, self.ready, now - self.last_message_at
+            self.address,
+            self.conn.identify.max_rdy_count,
+            self.ready,
+            idle_for=now - self.last_message_at,
+            held_for=now - self.ready_set_at,
         )
 
     def attach(self, conn: Conn) -> None:
@@ -218,6 +223,8 @@ class _Link:
 
     def send_ready(self, count: int) -> None:
         self.ready = count
+        if count > 0:
+            self.ready_set_at = trio.current_time()
         self.received_since_ready = 0
         self.ready_refresh_due = False
         self.write(cmd.rdy(count))
@@ -294,6 +301,7 @@ class Consumer:
             config.max_backoff_duration,
             self._rng,
         )
+        self._low_ready = flow.LowReadyTimeouts(config.low_rdy_idle_timeout, config.low_rdy_timeout)
         self._links: dict[str, _Link] = {}
         self._queue: deque[Batch] = deque()
         self._wakeup = trio.Event()
@@ -435,9 +443,7 @@ class Consumer:
         elif self._backoff.active:
             targets = self._keep_probe(links) or flow.probe_ready(views, self._rng)
         else:
-            targets = flow.plan_ready(
-                self._max_in_flight(), views, self.config.low_rdy_idle_timeout, self._rng
-            )
+            targets = flow.plan_ready(self._max_in_flight(), views, self._low_ready, self._rng)
         for link in links:
             target = targets[link.address]
             if link.fresh:

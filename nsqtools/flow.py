@@ -6,8 +6,9 @@ consumer's RDY and backoff behaviour is unit-tested without sockets or sleeps.
 RDY rules (see shared/spec/protocol.md): the sum over connections never exceeds
 max_in_flight, no connection exceeds nsqd's max_rdy_count; when max_in_flight is at
 least the number of connections it is spread evenly; when it is smaller, the few
-units rotate: a connection idle for low_rdy_idle_timeout gives its unit up at the
-next redistribution, so every nsqd is eventually drained.
+units rotate: a connection idle for low_rdy_idle_timeout, or holding its unit for
+low_rdy_timeout however busy, gives it up at the next redistribution, so every nsqd
+is served in turn and eventually drained.
 
 Backoff (go-nsq's semantics): a failure raises the backoff level (while the pause of
 the next level, backoff_multiplier * 2^level, still fits under max_backoff_duration)
@@ -36,6 +37,15 @@ class ConnectionView:
     max_rdy_count: int
     ready: int  # the RDY last sent
     idle_for: float  # seconds since its last message (or since it connected)
+    held_for: float  # seconds since its RDY was last set above 0
+
+
+@dataclass(frozen=True)
+class LowReadyTimeouts:
+    """When a connection gives up one of a few RDY units (go-nsq's two options)."""
+
+    idle: float  # low_rdy_idle_timeout: no message for this long
+    held: float  # low_rdy_timeout: the unit held this long, however busy
 
 
 def even_shares(max_in_flight: int, connections: Sequence[ConnectionView]) -> dict[Key, int]:
@@ -53,21 +63,24 @@ def even_shares(max_in_flight: int, connections: Sequence[ConnectionView]) -> di
 def rotate_scarce_ready(
     max_in_flight: int,
     connections: Sequence[ConnectionView],
-    low_rdy_idle_timeout: float,
+    timeouts: LowReadyTimeouts,
     rng: random.Random,
 ) -> dict[Key, int]:
     """max_in_flight units of RDY 1 for more connections than units.
 
-    Holders keep their unit unless idle for low_rdy_idle_timeout; free units go to
-    connections without one, chosen at random so no nsqd is favoured forever.
+    Holders keep their unit unless idle for timeouts.idle or holding it for
+    timeouts.held; free units go to connections without one, chosen at random so no
+    nsqd is favoured forever.
     """
     keep = [
-        view.key for view in connections if view.ready > 0 and view.idle_for < low_rdy_idle_timeout
+        view.key
+        for view in connections
+        if view.ready > 0 and view.idle_for < timeouts.idle and view.held_for < timeouts.held
     ][:max_in_flight]
     waiting = [view.key for view in connections if view.key not in keep and view.ready == 0]
     released = [view.key for view in connections if view.key not in keep and view.ready > 0]
     rng.shuffle(waiting)
-    # Idle holders that give a unit up go to the back of the queue.
+    # Holders that give a unit up go to the back of the queue.
     chosen = keep + (waiting + released)[: max_in_flight - len(keep)]
     return {view.key: (1 if view.key in chosen else 0) for view in connections}
 
@@ -75,13 +88,13 @@ def rotate_scarce_ready(
 def plan_ready(
     max_in_flight: int,
     connections: Sequence[ConnectionView],
-    low_rdy_idle_timeout: float,
+    timeouts: LowReadyTimeouts,
     rng: random.Random,
 ) -> dict[Key, int]:
     """The RDY each connection should have at full speed."""
     if max_in_flight >= len(connections):
         return even_shares(max_in_flight, connections)
-    return rotate_scarce_ready(max_in_flight, connections, low_rdy_idle_timeout, rng)
+    return rotate_scarce_ready(max_in_flight, connections, timeouts, rng)
 
 
 class Outcome(Enum):

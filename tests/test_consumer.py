@@ -86,6 +86,31 @@ async def test_max_in_flight_one_drains_two_nsqds(cluster2: Cluster) -> None:
     assert len(seen) == 10
 
 
+async def test_low_rdy_timeout_moves_the_only_unit_from_a_busy_nsqd(cluster2: Cluster) -> None:
+    """go-nsq's low_rdy_timeout: with max_in_flight 1 and two nsqds, the one holding RDY
+    gives it up after that long even though it is never idle, so both are served long
+    before the first is drained."""
+    backlog = 100_000  # some seconds of work: far more than low_rdy_timeout
+    for nsqd in cluster2.nsqds:
+        nsqd.publish_many(TOPIC, bodies(nsqd.name, backlog))
+    config = make_config(
+        max_in_flight=1,
+        low_rdy_idle_timeout=300.0,
+        low_rdy_timeout=1.0,
+        rdy_redistribute_interval=0.05,
+    )
+    lookupds = [cluster2.lookupd.http_address]
+    served: dict[str, int] = {}
+    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+        with trio.fail_after(30):
+            async for batch in consumer:
+                served[batch.nsqd_address] = served.get(batch.nsqd_address, 0) + len(batch)
+                batch.finish()
+                if len(served) == 2 or max(served.values()) == backlog:
+                    break
+    assert len(served) == 2, f"one nsqd drained before the other was served: {served}"
+
+
 async def test_ready_never_exceeds_max_in_flight_in_total(cluster2: Cluster) -> None:
     for nsqd in cluster2.nsqds:
         nsqd.publish(TOPIC, b"x")

@@ -12,6 +12,7 @@ from nsqtools.flow import (
     Backoff,
     BackoffAction,
     ConnectionView,
+    LowReadyTimeouts,
     Outcome,
     even_shares,
     plan_ready,
@@ -25,7 +26,13 @@ from nsqtools.flow import (
 def views(
     count: int, max_rdy: int = 2500, ready: int = 0, idle: float = 0.0
 ) -> list[ConnectionView]:
-    return [ConnectionView(f"nsqd{index}:4150", max_rdy, ready, idle) for index in range(count)]
+    return [
+        ConnectionView(f"nsqd{index}:4150", max_rdy, ready, idle, held_for=0.0)
+        for index in range(count)
+    ]
+
+
+TIMEOUTS = LowReadyTimeouts(idle=10.0, held=30.0)
 
 
 @given(st.integers(0, 10_000), st.integers(1, 50), st.integers(1, 2500))
@@ -48,34 +55,44 @@ def test_even_shares_spread_the_remainder() -> None:
 def test_scarce_ready_gives_units_of_one_within_the_total(
     max_in_flight: int, count: int, seed: int
 ) -> None:
-    plan = rotate_scarce_ready(max_in_flight, views(count), 10.0, random.Random(seed))
+    plan = rotate_scarce_ready(max_in_flight, views(count), TIMEOUTS, random.Random(seed))
     assert set(plan.values()) <= {0, 1}
     assert sum(plan.values()) == min(max_in_flight, count)
 
 
 def test_scarce_ready_keeps_busy_holders_and_releases_idle_ones() -> None:
     connections = [
-        ConnectionView("busy:1", 2500, 1, idle_for=0.5),
-        ConnectionView("idle:1", 2500, 1, idle_for=30.0),
-        ConnectionView("waiting:1", 2500, 0, idle_for=30.0),
+        ConnectionView("busy:1", 2500, 1, idle_for=0.5, held_for=5.0),
+        ConnectionView("idle:1", 2500, 1, idle_for=30.0, held_for=5.0),
+        ConnectionView("waiting:1", 2500, 0, idle_for=30.0, held_for=60.0),
     ]
-    plan = rotate_scarce_ready(2, connections, 10.0, random.Random(1))
+    plan = rotate_scarce_ready(2, connections, TIMEOUTS, random.Random(1))
     assert plan == {"busy:1": 1, "idle:1": 0, "waiting:1": 1}
+
+
+def test_scarce_ready_releases_a_busy_holder_after_low_rdy_timeout() -> None:
+    """go-nsq's low_rdy_timeout: a unit held that long moves on, however busy its nsqd."""
+    connections = [
+        ConnectionView("busy-long:1", 2500, 1, idle_for=0.5, held_for=30.0),
+        ConnectionView("waiting:1", 2500, 0, idle_for=0.5, held_for=0.0),
+    ]
+    plan = rotate_scarce_ready(1, connections, TIMEOUTS, random.Random(1))
+    assert plan == {"busy-long:1": 0, "waiting:1": 1}
 
 
 def test_scarce_ready_rotates_so_every_connection_gets_a_turn() -> None:
     rng, served = random.Random(7), set()
     connections = views(5, idle=30.0)  # everyone idle: units move on each round
     for _ in range(20):
-        plan = rotate_scarce_ready(1, connections, 10.0, rng)
+        plan = rotate_scarce_ready(1, connections, TIMEOUTS, rng)
         served |= {key for key, ready in plan.items() if ready}
-        connections = [ConnectionView(v.key, 2500, plan[v.key], 30.0) for v in connections]
+        connections = [ConnectionView(v.key, 2500, plan[v.key], 30.0, 0.0) for v in connections]
     assert served == {view.key for view in views(5)}
 
 
 def test_plan_ready_chooses_the_mode() -> None:
-    assert sum(plan_ready(10, views(3), 10.0, random.Random(0)).values()) == 10
-    assert sum(plan_ready(2, views(3), 10.0, random.Random(0)).values()) == 2
+    assert sum(plan_ready(10, views(3), TIMEOUTS, random.Random(0)).values()) == 10
+    assert sum(plan_ready(2, views(3), TIMEOUTS, random.Random(0)).values()) == 2
 
 
 def test_probe_ready_is_one_connection_at_one() -> None:
