@@ -210,6 +210,7 @@ class ClientConfig:
     max_in_flight: int = _option(_INT, 1, low=0)
     msg_timeout: float = _duration("0", "0")  # 0: the server's default
     auth_secret: str = _option(_TEXT, "")
+    # Despite its name, true sends auth_secret to nsqlookupd: see lookupd_headers.
     skip_lookupd_authorization: bool = _option(_BOOL, True)
 
     def set(self, key: str, value: str | None) -> None:
@@ -230,6 +231,15 @@ class ClientConfig:
             key, comma, value = pair.partition(",")
             self.set(key, value if comma else None)
         self.validate()
+
+    def lookupd_headers(self) -> dict[str, str]:
+        """The headers of every nsqlookupd query: auth_secret as a bearer token, as go-nsq
+        v1.1.0 sends it. Its option skip_lookupd_authorization sets a field named
+        LookupdAuthorization, so true (the default) sends the token and false keeps it
+        from nsqlookupd; the Go tools behave so, and so do we."""
+        if self.auth_secret and self.skip_lookupd_authorization:
+            return {"Authorization": f"Bearer {self.auth_secret}"}
+        return {}
 
     def validate(self) -> None:
         """Check every option's range, then the options that depend on each other."""

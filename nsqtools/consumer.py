@@ -546,7 +546,9 @@ class Consumer:
         from nsqtools import discovery
 
         config = self.config
-        async with httpx.AsyncClient(timeout=config.lookupd_poll_timeout) as client:
+        async with httpx.AsyncClient(
+            timeout=config.lookupd_poll_timeout, headers=config.lookupd_headers()
+        ) as client:
             while not self._stopping:
                 nodes, errors = await discovery.lookup_all(
                     client, self.lookupd_http_addresses, self.topic

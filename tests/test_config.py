@@ -656,3 +656,9 @@ def test_apply_options_raises_only_config_errors(pairs: list[str]) -> None:
         ClientConfig().apply_options(pairs)
     except ConfigError as error:
         assert "\n" not in str(error)
+
+
+def test_lookupd_headers_carry_the_secret_only_when_there_is_one() -> None:
+    assert ClientConfig().lookupd_headers() == {}
+    assert config_with("auth_secret,s").lookupd_headers() == {"Authorization": "Bearer s"}
+    assert config_with("auth_secret,s", "skip_lookupd_authorization,false").lookupd_headers() == {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -336,6 +336,38 @@ async def test_auth_denied_behind_a_lookupd_ends_iteration_with_the_error(
                 with trio.fail_after(10):
                     async for _ in consumer:
                         pass
+
+
+@pytest.mark.parametrize(
+    ("skip_lookupd_authorization", "sent"), [(True, ["Bearer s3cret"]), (False, [])]
+)
+async def test_auth_secret_reaches_lookupd_as_go_nsq_sends_it(
+    cluster: Cluster, skip_lookupd_authorization: bool, sent: list[str]
+) -> None:
+    """go-nsq v1.1.0: skip_lookupd_authorization true (the default), despite its name,
+    sends auth_secret to nsqlookupd as a bearer token; false keeps it from nsqlookupd."""
+    import httpx
+
+    from nsqtools.testing.httpserver import LocalHttpServer
+
+    authorizations: list[str] = []
+
+    def forward(path: str, query: dict[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+        authorizations.extend(v for k, v in headers.items() if k.lower() == "authorization")
+        answer = httpx.get(f"http://{cluster.lookupd.http_address}{path}", params=query)
+        return answer.status_code, answer.content
+
+    cluster.nsqd.publish(TOPIC, b"found")
+    config = make_config(
+        auth_secret="s3cret", skip_lookupd_authorization=skip_lookupd_authorization
+    )
+    with LocalHttpServer(forward) as front:  # a recording front for the real nsqlookupd
+        lookupds = [front.address]
+        async with open_consumer(
+            TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds
+        ) as consumer:
+            assert [body for _, body in await consume(consumer, 1)] == [b"found"]
+    assert set(authorizations) == set(sent)
 
 
 def test_both_kinds_of_address_is_an_error() -> None:
