@@ -39,6 +39,7 @@ _BACKOFF_STRATEGIES = ("exponential", "full_jitter")
 _TLS_VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
 _TLS_FILE_OPTIONS = ("tls_root_ca_file", "tls_cert", "tls_key")
 _SPEC_KEY = "nsq_option"
+_NO_OVERRIDES: Mapping[str, _Value] = MappingProxyType({})
 
 
 class ConfigError(ValueError):
@@ -224,12 +225,18 @@ class ClientConfig:
         _check(name, spec, parsed)
         setattr(self, name, parsed)
 
-    def apply_options(self, pairs: Iterable[str]) -> None:
+    def apply_options(
+        self, pairs: Iterable[str], overrides: Mapping[str, _Value] = _NO_OVERRIDES
+    ) -> None:
         """Set each `key,value` text (split at the first comma; no comma: a bare key), then
+        the overrides (typed values that win over the text: a program's own options), then
         validate, so that options that depend on each other may come in any order."""
         for pair in pairs:
             key, comma, value = pair.partition(",")
             self.set(key, value if comma else None)
+        for name, setting in overrides.items():
+            _spec_for(name, name)  # an unknown name is refused, never silently added
+            setattr(self, name, setting)
         self.validate()
 
     def lookupd_headers(self) -> dict[str, str]:
