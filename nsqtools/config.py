@@ -39,6 +39,7 @@ _BACKOFF_STRATEGIES = ("exponential", "full_jitter")
 _TLS_VERSIONS = ("tls1.0", "tls1.1", "tls1.2", "tls1.3")
 _TLS_FILE_OPTIONS = ("tls_root_ca_file", "tls_cert", "tls_key")
 _SPEC_KEY = "nsq_option"
+_NO_OVERRIDES: Mapping[str, _Value] = MappingProxyType({})
 
 
 class ConfigError(ValueError):
@@ -210,6 +211,7 @@ class ClientConfig:
     max_in_flight: int = _option(_INT, 1, low=0)
     msg_timeout: float = _duration("0", "0")  # 0: the server's default
     auth_secret: str = _option(_TEXT, "")
+    # Despite its name, true sends auth_secret to nsqlookupd: see lookupd_headers.
     skip_lookupd_authorization: bool = _option(_BOOL, True)
 
     def set(self, key: str, value: str | None) -> None:
@@ -223,13 +225,28 @@ class ClientConfig:
         _check(name, spec, parsed)
         setattr(self, name, parsed)
 
-    def apply_options(self, pairs: Iterable[str]) -> None:
+    def apply_options(
+        self, pairs: Iterable[str], overrides: Mapping[str, _Value] = _NO_OVERRIDES
+    ) -> None:
         """Set each `key,value` text (split at the first comma; no comma: a bare key), then
+        the overrides (typed values that win over the text: a program's own options), then
         validate, so that options that depend on each other may come in any order."""
         for pair in pairs:
             key, comma, value = pair.partition(",")
             self.set(key, value if comma else None)
+        for name, setting in overrides.items():
+            _spec_for(name, name)  # an unknown name is refused, never silently added
+            setattr(self, name, setting)
         self.validate()
+
+    def lookupd_headers(self) -> dict[str, str]:
+        """The headers of every nsqlookupd query: auth_secret as a bearer token, as go-nsq
+        v1.1.0 sends it. Its option skip_lookupd_authorization sets a field named
+        LookupdAuthorization, so true (the default) sends the token and false keeps it
+        from nsqlookupd; the Go tools behave so, and so do we."""
+        if self.auth_secret and self.skip_lookupd_authorization:
+            return {"Authorization": f"Bearer {self.auth_secret}"}
+        return {}
 
     def validate(self) -> None:
         """Check every option's range, then the options that depend on each other."""

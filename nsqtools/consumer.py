@@ -94,11 +94,13 @@ class Batch:
         return [message for message in self.messages if message.id not in self._answered]
 
     def finish(self, messages: Sequence[Message] | None = None) -> None:
-        """FIN these messages (default: every one not yet answered)."""
+        """FIN these messages of this batch (default: every one not yet answered).
+
+        Each is answered once, however often it is listed; one answered before is skipped."""
         ids = self._take(messages)
         if ids:
             self._link.answer(cmd.fin_many(ids), len(ids))
-            self._link.consumer._record_outcome(success=True, count=len(ids))
+            self._link.consumer._record_outcome(flow.Outcome.FINISHED, len(ids))
 
     def requeue(
         self,
@@ -112,12 +114,16 @@ class Batch:
         Without a delay each gets go-nsq's default, growing with its attempts. With
         backoff, the consumer slows down as go-nsq's does after a failure.
         """
-        chosen = self.unanswered() if messages is None else list(messages)
-        ids = self._take(chosen)
+        ids = self._take(messages)
         if not ids:
             return
-        self._link.answer(self._link.consumer._requeue_commands(chosen, ids, delay), len(ids))
-        self._link.consumer._record_outcome(success=not backoff, count=len(ids), requeued=True)
+        consumer = self._link.consumer
+        if delay is None:
+            self._link.answer(consumer._default_requeues(self.messages, ids), len(ids))
+        else:
+            self._link.answer(cmd.req_many(ids, delay), len(ids))
+        outcome = flow.Outcome.FAILED if backoff else flow.Outcome.REQUEUED
+        consumer._record_outcome(outcome, len(ids))
 
     def touch(self, messages: Sequence[Message] | None = None) -> None:
         """Reset nsqd's timeout for these unanswered messages (default: all unanswered)."""
@@ -125,23 +131,30 @@ class Batch:
         self._link.write(b"".join(cmd.touch(message.id) for message in chosen))
 
     def _take(self, messages: Sequence[Message] | None) -> list[bytes]:
-        """Mark messages answered and return the ids that were not answered before."""
+        """Mark messages answered and return the ids not answered before, each once."""
         if self._done:
             return []
-        if messages is None or (self._answered is None and len(messages) == len(self)):
+        if messages is None:
             if self._answered is None:
                 ids = self._received.ids  # the usual case: no Message objects, no set
             else:
                 ids = [message.id for message in self.unanswered()]
             self._done = True
         else:
-            answered = self._answered if self._answered is not None else set()
-            ids = [message.id for message in messages if message.id not in answered]
-            answered.update(ids)
-            self._answered = answered
-            self._done = len(answered) == len(self)
+            ids = self._take_some(messages)
         if self._done:
             self._link.open_batches.discard(self)
+        return ids
+
+    def _take_some(self, messages: Sequence[Message]) -> list[bytes]:
+        given = list(dict.fromkeys(message.id for message in messages))  # each once, in order
+        if not set(self._received.ids).issuperset(given):
+            raise ValueError("a batch answers only its own messages")
+        answered = self._answered if self._answered is not None else set()
+        ids = [message_id for message_id in given if message_id not in answered]
+        answered.update(ids)
+        self._answered = answered
+        self._done = len(answered) == len(self)
         return ids
 
 
@@ -157,6 +170,7 @@ class _Link:
         self.in_flight = 0
         self.received_since_ready = 0
         self.last_message_at = 0.0
+        self.ready_set_at = 0.0  # when RDY was last set above 0 (go-nsq's LastRdyTime)
         self.open_batches: set[Batch] = set()
         self.running = False
         self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
@@ -170,7 +184,11 @@ class _Link:
     def view(self, now: float) -> flow.ConnectionView:
         assert self.conn is not None
         return flow.ConnectionView(
-            self.address, self.conn.identify.max_rdy_count, self.ready, now - self.last_message_at
+            self.address,
+            self.conn.identify.max_rdy_count,
+            self.ready,
+            idle_for=now - self.last_message_at,
+            held_for=now - self.ready_set_at,
         )
 
     def attach(self, conn: Conn) -> None:
@@ -205,6 +223,8 @@ class _Link:
 
     def send_ready(self, count: int) -> None:
         self.ready = count
+        if count > 0:
+            self.ready_set_at = trio.current_time()
         self.received_since_ready = 0
         self.ready_refresh_due = False
         self.write(cmd.rdy(count))
@@ -281,6 +301,7 @@ class Consumer:
             config.max_backoff_duration,
             self._rng,
         )
+        self._low_ready = flow.LowReadyTimeouts(config.low_rdy_idle_timeout, config.low_rdy_timeout)
         self._links: dict[str, _Link] = {}
         self._queue: deque[Batch] = deque()
         self._wakeup = trio.Event()
@@ -363,11 +384,8 @@ class Consumer:
 
     # -- answers ---------------------------------------------------------------------
 
-    def _requeue_commands(
-        self, messages: list[Message], ids: list[bytes], delay: float | None
-    ) -> bytes:
-        if delay is not None:
-            return cmd.req_many(ids, delay)
+    def _default_requeues(self, messages: list[Message], ids: list[bytes]) -> bytes:
+        """REQ for each of ids with go-nsq's default delay, from its message's attempts."""
         wanted = set(ids)
         return b"".join(
             cmd.req(
@@ -382,13 +400,13 @@ class Consumer:
             if message.id in wanted
         )
 
-    def _record_outcome(self, *, success: bool, count: int, requeued: bool = False) -> None:
-        if requeued:
-            self.requeued += count
-        else:
+    def _record_outcome(self, outcome: flow.Outcome, count: int) -> None:
+        if outcome is flow.Outcome.FINISHED:
             self.finished += count
-        if not success or self._backoff.active:
-            self._apply_backoff(self._backoff.record(success))
+        else:
+            self.requeued += count
+        if outcome is flow.Outcome.FAILED or self._backoff.active:
+            self._apply_backoff(self._backoff.record(outcome))
 
     def _apply_backoff(self, action: flow.BackoffAction) -> None:
         if action is flow.BackoffAction.NOTHING:
@@ -425,9 +443,7 @@ class Consumer:
         elif self._backoff.active:
             targets = self._keep_probe(links) or flow.probe_ready(views, self._rng)
         else:
-            targets = flow.plan_ready(
-                self._max_in_flight(), views, self.config.low_rdy_idle_timeout, self._rng
-            )
+            targets = flow.plan_ready(self._max_in_flight(), views, self._low_ready, self._rng)
         for link in links:
             target = targets[link.address]
             if link.fresh:
@@ -530,7 +546,9 @@ class Consumer:
         from nsqtools import discovery
 
         config = self.config
-        async with httpx.AsyncClient(timeout=config.lookupd_poll_timeout) as client:
+        async with httpx.AsyncClient(
+            timeout=config.lookupd_poll_timeout, headers=config.lookupd_headers()
+        ) as client:
             while not self._stopping:
                 nodes, errors = await discovery.lookup_all(
                     client, self.lookupd_http_addresses, self.topic

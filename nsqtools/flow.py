@@ -6,13 +6,16 @@ consumer's RDY and backoff behaviour is unit-tested without sockets or sleeps.
 RDY rules (see shared/spec/protocol.md): the sum over connections never exceeds
 max_in_flight, no connection exceeds nsqd's max_rdy_count; when max_in_flight is at
 least the number of connections it is spread evenly; when it is smaller, the few
-units rotate: a connection idle for low_rdy_idle_timeout gives its unit up at the
-next redistribution, so every nsqd is eventually drained.
+units rotate: a connection idle for low_rdy_idle_timeout, or holding its unit for
+low_rdy_timeout however busy, gives it up at the next redistribution, so every nsqd
+is served in turn and eventually drained.
 
-Backoff (go-nsq's semantics): a failure raises the backoff level and pauses the
-consumer (RDY 0 everywhere) for a duration that grows with the level; after the pause
-one connection gets RDY 1 to test the water; a success lowers the level, and at level
-0 full speed resumes. Only one result per pause counts.
+Backoff (go-nsq's semantics): a failure raises the backoff level (while the pause of
+the next level, backoff_multiplier * 2^level, still fits under max_backoff_duration)
+and pauses the consumer (RDY 0 everywhere) for a duration that grows with the level;
+after the pause one connection gets RDY 1 to test the water; a success lowers the
+level, a requeue without backoff keeps it, and at level 0 full speed resumes. Only one
+result per pause counts.
 """
 
 from __future__ import annotations
@@ -34,6 +37,15 @@ class ConnectionView:
     max_rdy_count: int
     ready: int  # the RDY last sent
     idle_for: float  # seconds since its last message (or since it connected)
+    held_for: float  # seconds since its RDY was last set above 0
+
+
+@dataclass(frozen=True)
+class LowReadyTimeouts:
+    """When a connection gives up one of a few RDY units (go-nsq's two options)."""
+
+    idle: float  # low_rdy_idle_timeout: no message for this long
+    held: float  # low_rdy_timeout: the unit held this long, however busy
 
 
 def even_shares(max_in_flight: int, connections: Sequence[ConnectionView]) -> dict[Key, int]:
@@ -51,21 +63,24 @@ def even_shares(max_in_flight: int, connections: Sequence[ConnectionView]) -> di
 def rotate_scarce_ready(
     max_in_flight: int,
     connections: Sequence[ConnectionView],
-    low_rdy_idle_timeout: float,
+    timeouts: LowReadyTimeouts,
     rng: random.Random,
 ) -> dict[Key, int]:
     """max_in_flight units of RDY 1 for more connections than units.
 
-    Holders keep their unit unless idle for low_rdy_idle_timeout; free units go to
-    connections without one, chosen at random so no nsqd is favoured forever.
+    Holders keep their unit unless idle for timeouts.idle or holding it for
+    timeouts.held; free units go to connections without one, chosen at random so no
+    nsqd is favoured forever.
     """
     keep = [
-        view.key for view in connections if view.ready > 0 and view.idle_for < low_rdy_idle_timeout
+        view.key
+        for view in connections
+        if view.ready > 0 and view.idle_for < timeouts.idle and view.held_for < timeouts.held
     ][:max_in_flight]
     waiting = [view.key for view in connections if view.key not in keep and view.ready == 0]
     released = [view.key for view in connections if view.key not in keep and view.ready > 0]
     rng.shuffle(waiting)
-    # Idle holders that give a unit up go to the back of the queue.
+    # Holders that give a unit up go to the back of the queue.
     chosen = keep + (waiting + released)[: max_in_flight - len(keep)]
     return {view.key: (1 if view.key in chosen else 0) for view in connections}
 
@@ -73,13 +88,21 @@ def rotate_scarce_ready(
 def plan_ready(
     max_in_flight: int,
     connections: Sequence[ConnectionView],
-    low_rdy_idle_timeout: float,
+    timeouts: LowReadyTimeouts,
     rng: random.Random,
 ) -> dict[Key, int]:
     """The RDY each connection should have at full speed."""
     if max_in_flight >= len(connections):
         return even_shares(max_in_flight, connections)
-    return rotate_scarce_ready(max_in_flight, connections, low_rdy_idle_timeout, rng)
+    return rotate_scarce_ready(max_in_flight, connections, timeouts, rng)
+
+
+class Outcome(Enum):
+    """What the application did with a message, as go-nsq's backoff signals count it."""
+
+    FINISHED = "finished"  # go-nsq's resume: lowers the level
+    FAILED = "failed"  # a requeue with backoff: raises it
+    REQUEUED = "requeued"  # a requeue without backoff, go-nsq's continue: keeps it
 
 
 class BackoffAction(Enum):
@@ -107,8 +130,6 @@ class Backoff:
         self.level = 0
         self.paused = False
         self.pause_duration = 0.0
-        # Beyond this level the duration is capped anyway; stop counting there.
-        self.max_level = max(1, math.ceil(math.log2(max(max_duration, 2.0))))
 
     @property
     def active(self) -> bool:
@@ -116,18 +137,37 @@ class Backoff:
         return self.level > 0
 
     def duration(self) -> float:
-        exponential = min(self.multiplier * 2.0**self.level, self.max_duration)
+        exponential = min(self._exponential(self.level), self.max_duration)
         if self.strategy == "full_jitter":
             return self.rng.uniform(0, exponential)
         return exponential
 
-    def record(self, success: bool) -> BackoffAction:
-        """One message outcome. Ignored during a pause: only one result per window counts."""
-        if self.paused or (success and self.level == 0):
+    def _exponential(self, level: int) -> float:
+        # ldexp: multiplier * 2^level, and 0 rather than an overflow when the multiplier is 0.
+        return math.ldexp(self.multiplier, level)
+
+    def _fits(self, level: int) -> bool:
+        """go-nsq's cap: a failure raises the level only while the pause of the next level,
+        multiplier * 2^level, is at most max_duration (so 0 means no backoff at all).
+        With full_jitter go-nsq checks a random draw instead, so its level may creep past
+        this point now and then; ours stops where the exponential one does."""
+        return self._exponential(level) <= self.max_duration
+
+    def record(self, outcome: Outcome) -> BackoffAction:
+        """One message outcome. Ignored during a pause: only one result per window counts.
+
+        While backing off, every outcome starts another pause (or resumes at level 0), as
+        go-nsq's resume, backoff and continue signals do."""
+        if self.paused or (self.level == 0 and outcome is not Outcome.FAILED):
             return BackoffAction.NOTHING
-        self.level = min(self.level + 1, self.max_level) if not success else self.level - 1
+        if outcome is Outcome.FINISHED:
+            self.level -= 1
+            if self.level == 0:
+                return BackoffAction.RESUME
+        elif outcome is Outcome.FAILED and self._fits(self.level + 1):
+            self.level += 1
         if self.level == 0:
-            return BackoffAction.RESUME
+            return BackoffAction.NOTHING  # a failure, but max_duration allows no pause
         self.paused = True
         self.pause_duration = self.duration()
         return BackoffAction.PAUSE

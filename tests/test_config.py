@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -525,6 +526,34 @@ def test_apply_options_validates_at_the_end() -> None:
         config_with("heartbeat_interval,90s")
 
 
+def test_apply_options_overrides_win_over_pairs_and_are_validated() -> None:
+    config = ClientConfig()
+    config.apply_options(["snappy", "max_in_flight,10"], {"max_in_flight": 3, "deflate": True})
+    assert (config.snappy, config.max_in_flight, config.deflate) == (True, 3, True)
+    with pytest.raises(ConfigError, match="tls_cert needs option tls_key"):
+        ClientConfig().apply_options([], {"tls_cert": __file__})
+    with pytest.raises(ConfigError, match="max_in_flight must be at least 0"):
+        ClientConfig().apply_options(["max_in_flight,5"], {"max_in_flight": -1})
+
+
+def test_the_cli_builds_its_config_through_apply_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One path from option text to a ClientConfig: the one the fuzz test below exercises."""
+    from nsqtools.commands.options import build_config
+
+    applied: list[list[str]] = []
+    apply_options = ClientConfig.apply_options
+
+    def spy(config: ClientConfig, pairs: Iterable[str], *args: Any) -> None:
+        applied.append(list(pairs))
+        apply_options(config, applied[-1], *args)
+
+    monkeypatch.setattr(ClientConfig, "apply_options", spy)
+    options = {"client_options": ("max_in_flight,10", "snappy,false"), "snappy": True}
+    config = build_config("nsq_tail", options, max_in_flight=3)
+    assert applied == [["max_in_flight,10", "snappy,false"]]
+    assert (config.max_in_flight, config.snappy) == (3, True)  # the program's own options win
+
+
 def test_apply_options_stops_at_the_first_bad_pair() -> None:
     with pytest.raises(ConfigError, match='unknown option "nope"'):
         config_with("nope,1", "max_in_flight,x")
@@ -649,10 +678,34 @@ def test_set_raises_only_one_line_config_errors(key: str, value: str | None) -> 
         assert re.search(r"option|unknown", str(error))
 
 
+# What the programs' own options may override (nsqtools.commands.options.build_config).
+FIRST_CLASS_SETTINGS = st.fixed_dictionaries(
+    {},
+    optional={
+        "snappy": st.booleans(),
+        "deflate": st.booleans(),
+        "deflate_level": st.integers(-3, 12),
+        "max_in_flight": st.integers(-3, 10_000),
+        "tls_min_version": st.sampled_from(["", "tls1.2", "ssl3.0"]),
+    },
+)
+
+
 @DETERMINISTIC
-@given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz_-,0123456789.", max_size=30)))
-def test_apply_options_raises_only_config_errors(pairs: list[str]) -> None:
+@given(
+    st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyz_-,0123456789.", max_size=30)),
+    FIRST_CLASS_SETTINGS,
+)
+def test_apply_options_raises_only_config_errors(
+    pairs: list[str], overrides: dict[str, Any]
+) -> None:
     try:
-        ClientConfig().apply_options(pairs)
+        ClientConfig().apply_options(pairs, overrides)
     except ConfigError as error:
         assert "\n" not in str(error)
+
+
+def test_lookupd_headers_carry_the_secret_only_when_there_is_one() -> None:
+    assert ClientConfig().lookupd_headers() == {}
+    assert config_with("auth_secret,s").lookupd_headers() == {"Authorization": "Bearer s"}
+    assert config_with("auth_secret,s", "skip_lookupd_authorization,false").lookupd_headers() == {}

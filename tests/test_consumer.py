@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -84,6 +84,31 @@ async def test_max_in_flight_one_drains_two_nsqds(cluster2: Cluster) -> None:
     assert len(seen) == 10
 
 
+async def test_low_rdy_timeout_moves_the_only_unit_from_a_busy_nsqd(cluster2: Cluster) -> None:
+    """go-nsq's low_rdy_timeout: with max_in_flight 1 and two nsqds, the one holding RDY
+    gives it up after that long even though it is never idle, so both are served long
+    before the first is drained."""
+    backlog = 100_000  # some seconds of work: far more than low_rdy_timeout
+    for nsqd in cluster2.nsqds:
+        nsqd.publish_many(TOPIC, bodies(nsqd.name, backlog))
+    config = make_config(
+        max_in_flight=1,
+        low_rdy_idle_timeout=300.0,
+        low_rdy_timeout=1.0,
+        rdy_redistribute_interval=0.05,
+    )
+    lookupds = [cluster2.lookupd.http_address]
+    served: dict[str, int] = {}
+    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+        with trio.fail_after(30):
+            async for batch in consumer:
+                served[batch.nsqd_address] = served.get(batch.nsqd_address, 0) + len(batch)
+                batch.finish()
+                if len(served) == 2 or max(served.values()) == backlog:
+                    break
+    assert len(served) == 2, f"one nsqd drained before the other was served: {served}"
+
+
 async def test_ready_never_exceeds_max_in_flight_in_total(cluster2: Cluster) -> None:
     cluster2.publish_many(TOPIC, lambda nsqd: [b"x"])
     config = make_config(max_in_flight=7)
@@ -142,6 +167,31 @@ async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
             batch = await anext(batches)
         batch.finish()  # a success: back to full speed
         await wait_for(lambda: ready() == 10, "full RDY again after a success")
+
+
+async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
+    """go-nsq's continue: while testing the water, a requeue without backoff is neither a
+    success (full RDY) nor a failure: another pause (RDY 0), then RDY 1 again."""
+    nsqd.publish_many(TOPIC, bodies("continue", 3))
+    config = make_config(max_in_flight=10, backoff_multiplier=0.5)
+
+    def ready() -> int:
+        clients = channel(nsqd)["clients"]
+        return int(clients[0]["ready_count"]) if clients else -1
+
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        batches = aiter(consumer)
+        (await anext(batches)).requeue(delay=0)  # a failure: back off
+        await wait_for(lambda: ready() == 1, "RDY 1 to test the water after the pause")
+        with trio.fail_after(10):
+            batch = await anext(batches)
+        batch.requeue(delay=0, backoff=False)
+        with trio.fail_after(10):
+            while (after := await trio.to_thread.run_sync(ready)) == 1:
+                await trio.sleep(0.01)
+        assert after == 0, "another pause, not full speed"
+        await wait_for(lambda: ready() == 1, "RDY 1 again after the pause")
 
 
 async def test_max_attempts_gives_up_through_the_hook(nsqd: Nsqd) -> None:
@@ -215,6 +265,39 @@ async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
         assert not consumer.is_starved()
 
 
+@pytest.mark.parametrize("answer", ["finish", "requeue"])
+async def test_a_list_as_long_as_the_batch_answers_only_the_messages_in_it(
+    nsqd: Nsqd, answer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """[m0, m0] on a batch of two answers m0 once; m1 stays in flight until answered."""
+    address = [nsqd.tcp_address]
+
+    def client() -> dict[str, Any]:
+        return dict(channel(nsqd)["clients"][0])
+
+    async with open_consumer(
+        TOPIC, CHANNEL, make_config(max_in_flight=2), nsqd_tcp_addresses=address
+    ) as consumer:
+        batches = aiter(consumer)
+        nsqd.publish(TOPIC, b"warm-up")
+        (await anext(batches)).finish()  # a connection's RDY is 1 until its first message
+        await wait_for(lambda: client()["ready_count"] == 2, "RDY 2")
+        await trio.to_thread.run_sync(nsqd.publish_many, TOPIC, [b"m0", b"m1"])
+        with trio.fail_after(10):
+            batch = await anext(batches)
+        assert [message.body for message in batch.messages] == [b"m0", b"m1"]
+        m0 = batch.messages[0]
+        getattr(batch, answer)([m0, m0])
+        await wait_for(lambda: client()["in_flight_count"] < 2, "m0 answered")
+        assert client()["in_flight_count"] == 1, "m1 still in flight"
+        with pytest.raises(ValueError, match="only its own"):
+            batch.finish([Message(b"0" * 16, 0, 1, b"from elsewhere")])
+        batch.finish()  # the rest: m1 alone
+        await wait_for(lambda: client()["in_flight_count"] == 0, "m1 finished")
+        assert client()["finish_count"] == (3 if answer == "finish" else 2)
+    assert "FAILED" not in caplog.text
+
+
 async def test_a_refused_direct_address_fails_at_start(nsqd: Nsqd) -> None:
     address = nsqd.tcp_address
     nsqd.stop()
@@ -250,6 +333,38 @@ async def test_auth_denied_behind_a_lookupd_ends_iteration_with_the_error(
                 with trio.fail_after(10):
                     async for _ in consumer:
                         pass
+
+
+@pytest.mark.parametrize(
+    ("skip_lookupd_authorization", "sent"), [(True, ["Bearer s3cret"]), (False, [])]
+)
+async def test_auth_secret_reaches_lookupd_as_go_nsq_sends_it(
+    cluster: Cluster, skip_lookupd_authorization: bool, sent: list[str]
+) -> None:
+    """go-nsq v1.1.0: skip_lookupd_authorization true (the default), despite its name,
+    sends auth_secret to nsqlookupd as a bearer token; false keeps it from nsqlookupd."""
+    import httpx
+
+    from nsqtools.testing.httpserver import LocalHttpServer
+
+    authorizations: list[str] = []
+
+    def forward(path: str, query: dict[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+        authorizations.extend(v for k, v in headers.items() if k.lower() == "authorization")
+        answer = httpx.get(f"http://{cluster.lookupd.http_address}{path}", params=query)
+        return answer.status_code, answer.content
+
+    cluster.nsqd.publish(TOPIC, b"found")
+    config = make_config(
+        auth_secret="s3cret", skip_lookupd_authorization=skip_lookupd_authorization
+    )
+    with LocalHttpServer(forward) as front:  # a recording front for the real nsqlookupd
+        lookupds = [front.address]
+        async with open_consumer(
+            TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds
+        ) as consumer:
+            assert [body for _, body in await consume(consumer, 1)] == [b"found"]
+    assert set(authorizations) == set(sent)
 
 
 def test_both_kinds_of_address_is_an_error() -> None:

@@ -8,7 +8,6 @@ and logging. First-class options win over the passthrough, which wins over defau
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,16 +153,9 @@ def build_config(tool: str, options: dict[str, Any], **fixed: Any) -> Any:
     from nsqtools.config import ClientConfig, ConfigError
 
     config = ClientConfig(user_agent=f"{tool}/{__version__} nsqtools/{__version__}")
-    try:
-        for pair in options.get("client_options") or ():
-            key, comma, value = pair.partition(",")
-            config.set(key, value if comma else None)
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from None
     overrides = _first_class_settings(options) | fixed
-    config = dataclasses.replace(config, **overrides)
     try:
-        config.validate()
+        config.apply_options(options.get("client_options") or (), overrides)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     return config

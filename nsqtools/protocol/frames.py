@@ -6,8 +6,10 @@ timestamp in nanoseconds, 2-byte attempts, a 16-byte id and the body.
 
 Speed matters here more than anywhere: `feed` parses every complete frame in a chunk
 in one pass, reading a message's whole header with one struct call, and hands runs of
-consecutive messages over as one MessageBatch. Any input either decodes or raises
-RemoteProtocolError; after that error the decoder stays broken.
+consecutive messages over as one MessageBatch. A frame longer than a chunk costs work
+linear in its size: its chunks are kept as they came and joined once, when it is whole.
+Any input either decodes or raises RemoteProtocolError; after that error the decoder
+stays broken.
 """
 
 from __future__ import annotations
@@ -169,14 +171,19 @@ class FrameDecoder:
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
-        self._buffer = b""
+        self._parts: list[bytes] = []  # bytes received and not yet decoded, as they came
+        self._buffered = 0  # their total size
+        self._wanted = 4  # how many buffered bytes the next frame needs before it decodes
         self._error: RemoteProtocolError | None = None
 
     def feed(self, data: bytes | bytearray) -> list[Event]:
         """Add received bytes; return the events of every frame now complete."""
         if self._error is not None:
             raise self._error
-        buffer = self._buffer + data if self._buffer else bytes(data)
+        self.receive_data(data)
+        if self._buffered < self._wanted:
+            return []  # the next frame is still incomplete: join nothing yet
+        buffer = b"".join(self._parts)  # no copy when that is a single chunk
         size = len(buffer)
         events: list[Event] = []
         batch: MessageBatch | None = None
@@ -213,12 +220,24 @@ class FrameDecoder:
             else:
                 batch = None
                 events.append(event)
-        self._buffer = buffer[pos:]
+        self._keep(buffer, pos)
         return events
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Add received bytes without decoding them (see next_event)."""
-        self._buffer += data
+        if data:
+            self._parts.append(bytes(data))  # a copy only of a bytearray, which may change
+            self._buffered += len(data)
+
+    def _keep(self, buffer: bytes, pos: int) -> None:
+        """Keep buffer[pos:], not yet decoded, and note how much its first frame needs.
+
+        Its size, once known, was checked against max_frame_size by _frame_at or by the
+        fast path of feed, so the wait is bounded."""
+        rest = buffer[pos:]
+        self._parts = [rest] if rest else []
+        self._buffered = len(rest)
+        self._wanted = 4 + int.from_bytes(rest[:4], "big") if len(rest) >= 4 else 4
 
     def next_event(self) -> Event | None:
         """Decode at most one frame, leaving the rest buffered.
@@ -228,15 +247,17 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        event, end = self._frame_at(self._buffer, 0)
+        buffer = b"".join(self._parts)
+        event, end = self._frame_at(buffer, 0)
+        self._keep(buffer, end)
         if event is None:
             return None
-        self._buffer = self._buffer[end:]
         return MessageBatch([event]) if isinstance(event, Message) else event
 
     def take_unconsumed(self) -> bytes:
         """Remove and return the buffered bytes not yet decoded."""
-        unconsumed, self._buffer = self._buffer, b""
+        unconsumed = b"".join(self._parts)
+        self._keep(b"", 0)
         return unconsumed
 
     def _frame_at(self, buffer: bytes, pos: int) -> tuple[Event | Message | None, int]:

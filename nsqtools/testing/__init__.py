@@ -2,8 +2,9 @@
 
 This package owns starting, stopping, killing and freezing real nsqd and nsqlookupd
 processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
-running the Go reference utilities side by side with ours, and the faults every tool's
-tests reuse (a throttled, silent or cut link: proxy.py). Nothing here fakes NSQ.
+running the Go reference utilities side by side with ours, the faults every tool's
+tests reuse (a throttled, silent or cut link: proxy.py), and work bounds without timers
+(bytes allocated per step: work.py). Nothing here fakes NSQ.
 """
 
 from nsqtools.testing.binaries import NsqNotInstalled, find_binary, run_go_tool
@@ -16,8 +17,10 @@ from nsqtools.testing.cluster import (
     wait_until,
 )
 from nsqtools.testing.proxy import LinkProxy
+from nsqtools.testing.work import AllocationMeter
 
 __all__ = [
+    "AllocationMeter",
     "LinkProxy",
     "NsqNotInstalled",
     "NsqProcess",
