@@ -13,7 +13,6 @@ once, still with the count (every record without an answer counts as failed).
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from nsqtools.commands.front import (
     configure_logging,
     fail,
     run,
+    stop_signals,
     tune_gc_for_throughput,
     version_option,
 )
@@ -254,9 +254,7 @@ class _Run:
         at once, every record without an answer counted failed (and in the failed file)."""
         import os
 
-        import trio
-
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with stop_signals() as signals:
             async for signum in signals:
                 if not reading.cancel_called:
                     reading.cancel()
