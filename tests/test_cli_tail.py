@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
+from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from tests.conftest import AUTH_SECRETS, Cluster, LocalNsq
 
 TOOL = str(Path(sys.executable).parent / "nsq_tail")
@@ -148,6 +149,24 @@ def test_through_lookupd(cluster: Cluster) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"found\n"
+
+
+@pytest.mark.parametrize("junk", ["port out of range", "nested 100,000 deep", "HTML"])
+def test_a_junk_lookupd_is_a_warning_next_to_a_healthy_one(cluster: Cluster, junk: str) -> None:
+    """The junk lookupd listed first, a real one second: Go logs the junk and goes on."""
+    cluster.nsqd.publish_many(TOPIC, [b"1", b"2", b"3"])
+    with JunkLookupd() as lookupd:
+        lookupd.answer_with("/lookup", JUNK_LOOKUPS[junk])
+        result = nsq_tail(
+            f"--lookupd-http-address={lookupd.address}",
+            f"--lookupd-http-address={cluster.lookupd.http_address}",
+            f"--topic={TOPIC}", "-n", "3",
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"1\n2\n3\n"
+    about_junk = [line for line in result.stderr.decode().splitlines() if lookupd.address in line]
+    assert about_junk and all(" WARNING: nsqlookupd " in line for line in about_junk), about_junk
+    assert b"Traceback" not in result.stderr
 
 
 def test_tls_snappy_deflate_from_the_command_line(tls_nsqd: Nsqd, tls_files: TlsFiles) -> None:

@@ -3,7 +3,8 @@
 This package owns starting, stopping, killing and freezing real nsqd and nsqlookupd
 processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
 running the Go reference utilities side by side with ours, and the faults every tool's
-tests reuse (a throttled, silent or cut link: proxy.py). Nothing here fakes NSQ.
+tests reuse (a throttled, silent or cut link: proxy.py; a lookupd answering junk:
+junklookupd.py). Nothing here fakes nsqd.
 """
 
 from nsqtools.testing.binaries import NsqNotInstalled, find_binary, run_go_tool
@@ -15,9 +16,12 @@ from nsqtools.testing.cluster import (
     TlsFiles,
     wait_until,
 )
+from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from nsqtools.testing.proxy import LinkProxy
 
 __all__ = [
+    "JUNK_LOOKUPS",
+    "JunkLookupd",
     "LinkProxy",
     "NsqNotInstalled",
     "NsqProcess",
