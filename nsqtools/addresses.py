@@ -1,6 +1,9 @@
-"""host:port addresses as the Go tools take them ("127.0.0.1:4150", "[::1]:4150")."""
+"""host:port addresses as the Go tools take them ("127.0.0.1:4150", "[::1]:4150"):
+splitting, joining, and telling two spellings of one address apart from two addresses."""
 
 from __future__ import annotations
+
+import ipaddress
 
 
 class AddressError(ValueError):
@@ -20,3 +23,22 @@ def split_address(address: str) -> tuple[str, int]:
     if not 0 < port < 65536:
         raise AddressError(f"invalid address {address!r}: port must be 1..65535")
     return host, port
+
+
+def join_host_port(host: str, port: int) -> str:
+    """host:port from its parts, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def address_key(address: str) -> str:
+    """The same key for every spelling of one host:port that needs no name lookup to
+    tell: host names are case-blind, and an IP address has one shortest form.
+
+    localhost and 127.0.0.1 get different keys: only a lookup could say they are one.
+    """
+    host, port = split_address(address)
+    try:
+        host = ipaddress.ip_address(host).compressed
+    except ValueError:
+        host = host.lower()
+    return join_host_port(host, port)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import httpx
 import trio
 
+from nsqtools.addresses import join_host_port
 from nsqtools.errors import NsqError
 
 T = TypeVar("T")
@@ -73,11 +74,11 @@ class NsqdNode:
 
     @property
     def tcp_address(self) -> str:
-        return _join_host_port(self.broadcast_address, self.tcp_port)
+        return join_host_port(self.broadcast_address, self.tcp_port)
 
     @property
     def http_address(self) -> str:
-        return _join_host_port(self.broadcast_address, self.http_port)
+        return join_host_port(self.broadcast_address, self.http_port)
 
 
 async def lookup(client: httpx.AsyncClient, lookupd: str, topic: str) -> list[NsqdNode]:
@@ -218,10 +219,6 @@ def _base_url(address: str) -> str:
     if address.startswith(("http://", "https://")):
         return address.rstrip("/")
     return f"http://{address}"
-
-
-def _join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _producers(data: Any) -> list[NsqdNode]:

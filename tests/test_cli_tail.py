@@ -81,6 +81,17 @@ def test_n_is_exact_across_topics_and_the_rest_goes_back_at_once(nsqd: Nsqd) -> 
     assert left[1] == right[1] == 0
 
 
+def test_an_nsqd_given_twice_prints_each_message_once(nsqd: Nsqd) -> None:
+    published = [b"%d" % index for index in range(300)]
+    nsqd.publish_many(TOPIC, published)
+    twice = [f"--nsqd-tcp-address={nsqd.tcp_address}"] * 2
+    result = nsq_tail(*twice, f"--topic={TOPIC}", "--channel=twice", "-n", "300")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == sorted(published)
+    assert b"E_FIN_FAILED" not in result.stderr
+    assert channel_counts(nsqd, TOPIC, "twice") == (0, 0)
+
+
 def test_a_closed_pipe_ends_quietly_and_requeues(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, [b"line %d" % index for index in range(5000)])
     shell = f"{TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} --channel=pipe | head -2"

@@ -156,6 +156,21 @@ async def test_a_lookupd_turned_to_junk_costs_a_warning_per_poll_and_nothing_els
     assert all("\n" not in message for message in warnings)
 
 
+async def test_an_nsqd_given_twice_is_connected_once(
+    nsqd: Nsqd, caplog: pytest.LogCaptureFixture
+) -> None:
+    published = bodies("twice", 300)
+    nsqd.publish_many(TOPIC, published)
+    config = make_config(max_in_flight=200)
+    addresses = [nsqd.tcp_address, nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=addresses) as consumer:
+        seen = await consume(consumer, 300)
+        await wait_for(functools.partial(drained, nsqd), "every message FIN'd")
+        assert len(channel(nsqd)["clients"]) == 1
+    assert sorted(body for _, body in seen) == sorted(published)
+    assert "E_FIN_FAILED" not in caplog.text
+
+
 async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, bodies("backoff", 3))
     config = make_config(max_in_flight=10, backoff_multiplier=0.5)
