@@ -128,6 +128,41 @@ def test_a_signal_stops_cleanly_losing_nothing(nsqd: Nsqd, signum: signal.Signal
     assert depth + len(stdout.splitlines()) == 1  # "later" printed, or back in the channel
 
 
+def test_sigint_with_stdout_blocked_exits_and_requeues_at_once(nsqd: Nsqd) -> None:
+    """stdout is a pipe the test never reads: the write under way never ends."""
+    total = 2000
+    nsqd.create_channels(TOPIC, "blocked")
+    nsqd.publish_many(TOPIC, [b"%04d " % index + b"." * 1000 for index in range(total)])
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=blocked"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
+    os.close(write_end)
+    try:
+        # 200 unanswered: the pipe is full and a write blocks, the rest waits behind it.
+        wait_until(lambda: channel_counts(nsqd, TOPIC, "blocked")[1] == 200, 10, "a full pipe")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=5)  # the grace, CLS and the requeue
+        assert process.returncode == 0, stderr
+        stats = nsqd.channel_stats(TOPIC, "blocked")  # nsqd's msg_timeout is 60s
+        assert (stats["in_flight_count"], stats["timeout_count"]) == (0, 0)
+        written = read_all(read_end).split(b"\n")[:-1]  # the last may be cut short
+        assert stats["depth"] + len(written) >= total  # what was not written went back
+    finally:
+        process.kill()  # if it did not stop: a failed test leaves nothing running
+        process.wait()
+        os.close(read_end)
+
+
+def read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def test_json_format_envelope(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, [b'{"a": 1}', b"\xffnot utf-8"])
     result = nsq_tail(
