@@ -251,6 +251,19 @@ def test_auth_denied_is_one_line_and_exit_1(auth_nsqd: Nsqd) -> None:
     assert b"denied AUTH" in result.stderr
 
 
+def test_a_name_that_does_not_resolve_and_an_http_port_say_so(nsqd: Nsqd) -> None:
+    for address, reason in [
+        (
+            "nosuchhost.invalid:4150",
+            "cannot connect to nosuchhost.invalid:4150: name does not resolve",
+        ),
+        (nsqd.http_address, f"{nsqd.http_address} is not an nsqd (it answered HTTP)"),
+    ]:
+        result = nsq_tail(f"--nsqd-tcp-address={address}", f"--topic={TOPIC}")
+        assert result.returncode == 1
+        assert result.stderr.decode().splitlines() == [f"nsq_tail: error: {reason}"]
+
+
 def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None:
     result = nsq_tail(f"--nsqd-tcp-address={tls_nsqd.tcp_address}", f"--topic={TOPIC}", "--tls")
     assert result.returncode == 1
