@@ -26,6 +26,7 @@ from typing import Self
 import trio
 
 from nsqtools import flow
+from nsqtools.addresses import address_key
 from nsqtools.config import ClientConfig
 from nsqtools.errors import (
     AuthError,
@@ -285,7 +286,7 @@ class Consumer:
         self.topic = check_topic(topic)
         self.channel = check_channel(channel)
         self.config = config
-        self.nsqd_tcp_addresses = list(nsqd_tcp_addresses)
+        self.nsqd_tcp_addresses = _distinct(nsqd_tcp_addresses)
         self.lookupd_http_addresses = list(lookupd_http_addresses)
         self.limit = limit
         self.give_up = give_up or _log_give_up
@@ -302,7 +303,7 @@ class Consumer:
             self._rng,
         )
         self._low_ready = flow.LowReadyTimeouts(config.low_rdy_idle_timeout, config.low_rdy_timeout)
-        self._links: dict[str, _Link] = {}
+        self._links: dict[str, _Link] = {}  # by address_key: one per nsqd
         self._queue: deque[Batch] = deque()
         self._wakeup = trio.Event()
         self._stopping = False
@@ -483,9 +484,10 @@ class Consumer:
             nursery.start_soon(self._discover)
 
     def _link(self, address: str) -> _Link:
-        if address not in self._links:
-            self._links[address] = _Link(self, address)
-        return self._links[address]
+        key = address_key(address)
+        if key not in self._links:
+            self._links[key] = _Link(self, address)
+        return self._links[key]
 
     async def _serve_direct(
         self, address: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -584,6 +586,15 @@ class Consumer:
         for link in links:
             if link.conn is not None:
                 await link.conn.aclose()
+
+
+def _distinct(addresses: Sequence[str]) -> list[str]:
+    """Each nsqd once, as first spelled. Two connections to one nsqd would share its
+    _Link, each answering messages the other received (E_FIN_FAILED) and never its own."""
+    chosen: dict[str, str] = {}
+    for address in addresses:
+        chosen.setdefault(address_key(address), address)
+    return list(chosen.values())
 
 
 def _log_give_up(message: Message) -> None:

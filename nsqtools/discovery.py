@@ -3,12 +3,15 @@
 This module owns the HTTP side of discovery: building URLs from the addresses users give
 ("host:port" or "http(s)://host:port"), the `Accept: application/vnd.nsq; version=1.0`
 negotiation, reading both answer shapes (the bare JSON of v1.x and the older
-`{"status_code", "status_txt", "data"}` wrapper), checking the shape of what came back,
-and querying several nsqlookupds at once so that one being down never hides the others.
+`{"status_code", "status_txt", "data"}` wrapper), checking the shape of what came back
+(down to ports in range: a record that cannot be dialled is a bad answer), and querying
+several nsqlookupds at once so that one being down, or answering junk, never hides the
+others.
 
 Timeouts, TLS verification and connection limits come from the caller's
 httpx.AsyncClient; nothing here sets its own. A trio cancel scope around a call works too.
-Every failure is a DiscoveryError whose message is one line naming the nsqlookupd.
+Every failure, whatever the server sent, is a DiscoveryError whose message is one short
+line naming the nsqlookupd.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from typing import Any, TypeVar
 import httpx
 import trio
 
+from nsqtools.addresses import join_host_port
 from nsqtools.errors import NsqError
 
 T = TypeVar("T")
 
 ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+# A server's own words in an error message are cut to this many characters: one line.
+MAX_QUOTED_REASON = 80
 
 _WRAPPER_KEYS = frozenset({"status_code", "status_txt", "data"})
 _JSON_KINDS: dict[type, str] = {
@@ -68,11 +74,11 @@ class NsqdNode:
 
     @property
     def tcp_address(self) -> str:
-        return _join_host_port(self.broadcast_address, self.tcp_port)
+        return join_host_port(self.broadcast_address, self.tcp_port)
 
     @property
     def http_address(self) -> str:
-        return _join_host_port(self.broadcast_address, self.http_port)
+        return join_host_port(self.broadcast_address, self.http_port)
 
 
 async def lookup(client: httpx.AsyncClient, lookupd: str, topic: str) -> list[NsqdNode]:
@@ -163,23 +169,30 @@ async def _get(
     except _ShapeError as exc:
         raise DiscoveryError(address, f"GET {path}: invalid answer: {exc}") from exc
     error = _TopicNotFound if message == TOPIC_NOT_FOUND else DiscoveryError
-    raise error(address, f"GET {path}: HTTP {status} {message}".rstrip())
+    raise error(address, f"GET {path}: HTTP {status} {_one_line(message)}".rstrip())
 
 
 def _read(response: httpx.Response) -> tuple[int, str, Any]:
     """(status, message, data) from either answer shape; the wrapper's status wins."""
     try:
         document = response.json()
+    except RecursionError as exc:  # `[[[[...` nested deeper than the parser's stack
+        return _unreadable(response, "JSON nested too deeply", exc)
     except ValueError as exc:
-        if response.is_success:
-            raise _ShapeError("not JSON") from exc
-        return response.status_code, response.reason_phrase, None
+        return _unreadable(response, "not JSON", exc)
     if isinstance(document, dict) and {"status_code", "data"} <= document.keys() <= _WRAPPER_KEYS:
         status_txt = str(document.get("status_txt", ""))
         return _typed(document, "status_code", int), status_txt, document["data"]
     message = document.get("message") if isinstance(document, dict) else None
     reason = message if isinstance(message, str) else response.reason_phrase
     return response.status_code, reason, document
+
+
+def _unreadable(response: httpx.Response, reason: str, cause: Exception) -> tuple[int, str, Any]:
+    """A body that is no JSON: a bad answer on success, else the status says enough."""
+    if response.is_success:
+        raise _ShapeError(reason) from cause
+    return response.status_code, response.reason_phrase, None
 
 
 def _request_failure(exc: Exception) -> str:
@@ -208,22 +221,28 @@ def _base_url(address: str) -> str:
     return f"http://{address}"
 
 
-def _join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _producers(data: Any) -> list[NsqdNode]:
     return [_node(producer) for producer in _array(data, "producers")]
 
 
 def _node(document: Any) -> NsqdNode:
+    broadcast_address = _typed(document, "broadcast_address", str)
+    if not broadcast_address:
+        raise _ShapeError("'broadcast_address' is empty")
     return NsqdNode(
-        broadcast_address=_typed(document, "broadcast_address", str),
+        broadcast_address=broadcast_address,
         hostname=_typed(document, "hostname", str),
-        tcp_port=_typed(document, "tcp_port", int),
-        http_port=_typed(document, "http_port", int),
+        tcp_port=_port(document, "tcp_port"),
+        http_port=_port(document, "http_port"),
         version=_typed(document, "version", str),
     )
+
+
+def _port(document: Any, key: str) -> int:
+    port = _typed(document, key, int)
+    if not 0 < port < 65536:
+        raise _ShapeError(f"{key!r} is {port}, not a port number")
+    return port
 
 
 def _strings(key: str) -> Callable[[Any], list[str]]:
@@ -261,6 +280,14 @@ def _member(data: Any, key: str) -> Any:
     if key not in data:
         raise _ShapeError(f"no {key!r} in the answer")
     return data[key]
+
+
+def _one_line(text: str) -> str:
+    """A server's text fit for one line of a log: whitespace folded, length bounded."""
+    folded = " ".join(text.split())
+    if len(folded) <= MAX_QUOTED_REASON:
+        return folded
+    return folded[: MAX_QUOTED_REASON - 3] + "..."
 
 
 def _kind(value: Any) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
+from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from tests.conftest import AUTH_SECRETS, Cluster, LocalNsq
 
 TOOL = str(Path(sys.executable).parent / "nsq_tail")
@@ -80,6 +81,17 @@ def test_n_is_exact_across_topics_and_the_rest_goes_back_at_once(nsqd: Nsqd) -> 
     assert left[1] == right[1] == 0
 
 
+def test_an_nsqd_given_twice_prints_each_message_once(nsqd: Nsqd) -> None:
+    published = [b"%d" % index for index in range(300)]
+    nsqd.publish_many(TOPIC, published)
+    twice = [f"--nsqd-tcp-address={nsqd.tcp_address}"] * 2
+    result = nsq_tail(*twice, f"--topic={TOPIC}", "--channel=twice", "-n", "300")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == sorted(published)
+    assert b"E_FIN_FAILED" not in result.stderr
+    assert channel_counts(nsqd, TOPIC, "twice") == (0, 0)
+
+
 def test_a_closed_pipe_ends_quietly_and_requeues(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, [b"line %d" % index for index in range(5000)])
     shell = f"{TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} --channel=pipe | head -2"
@@ -116,6 +128,41 @@ def test_a_signal_stops_cleanly_losing_nothing(nsqd: Nsqd, signum: signal.Signal
     assert depth + len(stdout.splitlines()) == 1  # "later" printed, or back in the channel
 
 
+def test_sigint_with_stdout_blocked_exits_and_requeues_at_once(nsqd: Nsqd) -> None:
+    """stdout is a pipe the test never reads: the write under way never ends."""
+    total = 2000
+    nsqd.create_channels(TOPIC, "blocked")
+    nsqd.publish_many(TOPIC, [b"%04d " % index + b"." * 1000 for index in range(total)])
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=blocked"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
+    os.close(write_end)
+    try:
+        # 200 unanswered: the pipe is full and a write blocks, the rest waits behind it.
+        wait_until(lambda: channel_counts(nsqd, TOPIC, "blocked")[1] == 200, 10, "a full pipe")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=5)  # the grace, CLS and the requeue
+        assert process.returncode == 0, stderr
+        stats = nsqd.channel_stats(TOPIC, "blocked")  # nsqd's msg_timeout is 60s
+        assert (stats["in_flight_count"], stats["timeout_count"]) == (0, 0)
+        written = read_all(read_end).split(b"\n")[:-1]  # the last may be cut short
+        assert stats["depth"] + len(written) >= total  # what was not written went back
+    finally:
+        process.kill()  # if it did not stop: a failed test leaves nothing running
+        process.wait()
+        os.close(read_end)
+
+
+def read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def test_json_format_envelope(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, [b'{"a": 1}', b"\xffnot utf-8"])
     result = nsq_tail(
@@ -148,6 +195,24 @@ def test_through_lookupd(cluster: Cluster) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"found\n"
+
+
+@pytest.mark.parametrize("junk", ["port out of range", "nested 100,000 deep", "HTML"])
+def test_a_junk_lookupd_is_a_warning_next_to_a_healthy_one(cluster: Cluster, junk: str) -> None:
+    """The junk lookupd listed first, a real one second: Go logs the junk and goes on."""
+    cluster.nsqd.publish_many(TOPIC, [b"1", b"2", b"3"])
+    with JunkLookupd() as lookupd:
+        lookupd.answer_with("/lookup", JUNK_LOOKUPS[junk])
+        result = nsq_tail(
+            f"--lookupd-http-address={lookupd.address}",
+            f"--lookupd-http-address={cluster.lookupd.http_address}",
+            f"--topic={TOPIC}", "-n", "3",
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"1\n2\n3\n"
+    about_junk = [line for line in result.stderr.decode().splitlines() if lookupd.address in line]
+    assert about_junk and all(" WARNING: nsqlookupd " in line for line in about_junk), about_junk
+    assert b"Traceback" not in result.stderr
 
 
 def test_tls_snappy_deflate_from_the_command_line(tls_nsqd: Nsqd, tls_files: TlsFiles) -> None:
@@ -184,6 +249,19 @@ def test_auth_denied_is_one_line_and_exit_1(auth_nsqd: Nsqd) -> None:
     assert result.returncode == 1
     assert result.stderr.decode().strip().splitlines()[-1].startswith("nsq_tail: error: ")
     assert b"denied AUTH" in result.stderr
+
+
+def test_a_name_that_does_not_resolve_and_an_http_port_say_so(nsqd: Nsqd) -> None:
+    for address, reason in [
+        (
+            "nosuchhost.invalid:4150",
+            "cannot connect to nosuchhost.invalid:4150: name does not resolve",
+        ),
+        (nsqd.http_address, f"{nsqd.http_address} is not an nsqd (it answered HTTP)"),
+    ]:
+        result = nsq_tail(f"--nsqd-tcp-address={address}", f"--topic={TOPIC}")
+        assert result.returncode == 1
+        assert result.stderr.decode().splitlines() == [f"nsq_tail: error: {reason}"]
 
 
 def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +20,7 @@ from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import AuthError, ConnectError
 from nsqtools.protocol import Message
 from nsqtools.testing import Nsqd
+from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd, lookup_answer, producer
 from tests.conftest import Cluster, LocalNsq
 
 TOPIC = "consumed"
@@ -145,6 +147,50 @@ async def test_restart_behind_a_lookupd_resumes_consumption(cluster: Cluster) ->
         await trio.to_thread.run_sync(cluster.nsqd.restart)
         rest = await consume(consumer, 40 - len(first))
     assert {body for _, body in first + rest} == set(published)
+
+
+@pytest.mark.parametrize("junk", JUNK_LOOKUPS)
+async def test_a_lookupd_turned_to_junk_costs_a_warning_per_poll_and_nothing_else(
+    nsqd: Nsqd, junk: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The junk lookupd (a real one never answers junk): the nsqd it listed before keeps
+    serving while every poll gets junk."""
+    caplog.set_level(logging.WARNING, "nsqtools")
+    config = make_config(max_in_flight=5, lookupd_poll_interval=0.01)
+    with JunkLookupd() as lookupd:
+        lookupd.answer_with("/lookup", lookup_answer(producer(nsqd.tcp_address)))
+        nsqd.publish_many(TOPIC, bodies("before", 5))
+        async with open_consumer(
+            TOPIC, CHANNEL, config, lookupd_http_addresses=[lookupd.address]
+        ) as consumer:
+            before = await consume(consumer, 5)
+            lookupd.answer_with("/lookup", JUNK_LOOKUPS[junk])
+            polls = len(lookupd.request_headers)
+            await wait_for(lambda: len(lookupd.request_headers) > polls + 3, "three junk polls")
+            nsqd.publish_many(TOPIC, bodies("after", 5))
+            after = await consume(consumer, 5)
+    assert sorted(body for _, body in before + after) == sorted(
+        bodies("before", 5) + bodies("after", 5)
+    )
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) >= 3
+    assert all(message.startswith(f"nsqlookupd {lookupd.address}: ") for message in warnings)
+    assert all("\n" not in message for message in warnings)
+
+
+async def test_an_nsqd_given_twice_is_connected_once(
+    nsqd: Nsqd, caplog: pytest.LogCaptureFixture
+) -> None:
+    published = bodies("twice", 300)
+    nsqd.publish_many(TOPIC, published)
+    config = make_config(max_in_flight=200)
+    addresses = [nsqd.tcp_address, nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=addresses) as consumer:
+        seen = await consume(consumer, 300)
+        await wait_for(functools.partial(drained, nsqd), "every message FIN'd")
+        assert len(channel(nsqd)["clients"]) == 1
+    assert sorted(body for _, body in seen) == sorted(published)
+    assert "E_FIN_FAILED" not in caplog.text
 
 
 async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
@@ -345,14 +391,14 @@ async def test_auth_secret_reaches_lookupd_as_go_nsq_sends_it(
     sends auth_secret to nsqlookupd as a bearer token; false keeps it from nsqlookupd."""
     import httpx
 
-    from nsqtools.testing.httpserver import LocalHttpServer
+    from nsqtools.testing.httpserver import LocalHttpServer, Reply
 
     authorizations: list[str] = []
 
-    def forward(path: str, query: dict[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+    def forward(path: str, query: dict[str, str], headers: Mapping[str, str]) -> Reply:
         authorizations.extend(v for k, v in headers.items() if k.lower() == "authorization")
         answer = httpx.get(f"http://{cluster.lookupd.http_address}{path}", params=query)
-        return answer.status_code, answer.content
+        return Reply(answer.status_code, answer.content)
 
     cluster.nsqd.publish(TOPIC, b"found")
     config = make_config(

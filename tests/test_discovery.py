@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -23,7 +22,8 @@ from nsqtools.discovery import (
     topics,
 )
 from nsqtools.testing import Nsqd, Nsqlookupd, TlsFiles
-from nsqtools.testing.httpserver import LocalHttpServer
+from nsqtools.testing.httpserver import Reply
+from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from tests.conftest import Cluster, LocalNsq
 
 T = TypeVar("T")
@@ -175,37 +175,12 @@ def test_ipv6_addresses_are_bracketed() -> None:
 
 
 # Below: answers a real nsqlookupd v1.3.0 cannot be made to give (the pre-1.0 wrapped
-# shape, malformed documents, a stall), served by a tiny local HTTP server.
-
-
-class FakeLookupd(LocalHttpServer):
-    """A local HTTP server answering each path with a fixed status and body.
-
-    Stands in for nsqlookupd only where a real one cannot be made to misbehave.
-    Records the headers of every request it gets.
-    """
-
-    def __init__(self, tls: TlsFiles | None = None) -> None:
-        super().__init__(self._route, tls.cert if tls else None, tls.key if tls else None)
-        self.answers: dict[str, tuple[int, bytes]] = {}
-        self.request_headers: list[dict[str, str]] = []
-
-    def answer(self, path: str, document: Any, status: int = 200) -> None:
-        self.answer_raw(path, json.dumps(document).encode(), status)
-
-    def answer_raw(self, path: str, body: bytes, status: int = 200) -> None:
-        self.answers[path] = (status, body)
-
-    def _route(
-        self, path: str, query: dict[str, str], headers: Mapping[str, str]
-    ) -> tuple[int, bytes]:
-        self.request_headers.append(dict(headers))
-        return self.answers.get(path, (404, b'{"message":"NOT_FOUND"}'))
+# shape, malformed documents, a stall), served by the junk lookupd (nsqtools.testing).
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeLookupd]:
-    with FakeLookupd() as server:
+def fake() -> Iterator[JunkLookupd]:
+    with JunkLookupd() as server:
         yield server
 
 
@@ -213,7 +188,7 @@ def wrapped(data: Any, status_code: int = 200, status_txt: str = "OK") -> dict[s
     return {"status_code": status_code, "status_txt": status_txt, "data": data}
 
 
-async def test_every_request_asks_for_v1_json(client: httpx.AsyncClient, fake: FakeLookupd) -> None:
+async def test_every_request_asks_for_v1_json(client: httpx.AsyncClient, fake: JunkLookupd) -> None:
     """A fake server, because it records the request headers nsqlookupd never shows."""
     fake.answer("/topics", {"topics": []})
     await topics(client, fake.address)
@@ -221,7 +196,7 @@ async def test_every_request_asks_for_v1_json(client: httpx.AsyncClient, fake: F
 
 
 async def test_old_wrapped_answers_are_unwrapped(
-    client: httpx.AsyncClient, fake: FakeLookupd
+    client: httpx.AsyncClient, fake: JunkLookupd
 ) -> None:
     """A fake server: nsqlookupd v1.3.0 always answers bare JSON to our Accept header."""
     fake.answer("/lookup", wrapped({"channels": [], "producers": [PRODUCER]}))
@@ -235,14 +210,14 @@ async def test_old_wrapped_answers_are_unwrapped(
 
 
 async def test_old_topic_not_found_means_no_producers(
-    client: httpx.AsyncClient, fake: FakeLookupd
+    client: httpx.AsyncClient, fake: JunkLookupd
 ) -> None:
     """A fake server: pre-1.0 nsqlookupd said TOPIC_NOT_FOUND with a wrapped HTTP 500."""
     fake.answer("/lookup", wrapped(None, 500, "TOPIC_NOT_FOUND"), status=500)
     assert await lookup(client, fake.address, "t") == []
 
 
-async def test_null_lists_are_empty(client: httpx.AsyncClient, fake: FakeLookupd) -> None:
+async def test_null_lists_are_empty(client: httpx.AsyncClient, fake: JunkLookupd) -> None:
     """A fake server: v1.3.0 sends [] where older servers sent null."""
     fake.answer("/lookup", {"channels": None, "producers": None})
     fake.answer("/topics", wrapped({"topics": None}))
@@ -266,17 +241,17 @@ async def test_null_lists_are_empty(client: httpx.AsyncClient, fake: FakeLookupd
     ],
 )
 async def test_malformed_answers_are_discovery_errors(
-    client: httpx.AsyncClient, fake: FakeLookupd, body: bytes, reason: str
+    client: httpx.AsyncClient, fake: JunkLookupd, body: bytes, reason: str
 ) -> None:
     """A fake server: a real nsqlookupd never sends malformed JSON."""
-    fake.answer_raw("/topics", body)
+    fake.answer_with("/topics", Reply(200, body))
     with pytest.raises(DiscoveryError) as caught:
         await topics(client, fake.address)
     assert str(caught.value).startswith(f"nsqlookupd {fake.address}: GET /topics: {reason}")
 
 
 async def test_malformed_producer_is_a_discovery_error(
-    client: httpx.AsyncClient, fake: FakeLookupd
+    client: httpx.AsyncClient, fake: JunkLookupd
 ) -> None:
     """A fake server: a real nsqlookupd always sends whole producer records."""
     fake.answer("/lookup", {"channels": [], "producers": [{**PRODUCER, "tcp_port": "4150"}]})
@@ -285,27 +260,40 @@ async def test_malformed_producer_is_a_discovery_error(
 
 
 async def test_server_errors_name_status_and_message(
-    client: httpx.AsyncClient, fake: FakeLookupd
+    client: httpx.AsyncClient, fake: JunkLookupd
 ) -> None:
     """A fake server: nsqlookupd cannot be made to fail a plain GET /nodes."""
     fake.answer("/nodes", {"message": "INTERNAL_ERROR"}, status=500)
-    fake.answer_raw("/topics", b"bad gateway", status=502)
+    fake.answer_with("/topics", Reply(502, b"bad gateway"))
     with pytest.raises(DiscoveryError, match=r"GET /nodes: HTTP 500 INTERNAL_ERROR$"):
         await nodes(client, fake.address)
     with pytest.raises(DiscoveryError, match=r"GET /topics: HTTP 502 Bad Gateway$"):
         await topics(client, fake.address)
 
 
-async def test_lookup_all_reports_malformed_answers_and_keeps_the_rest(
-    client: httpx.AsyncClient, fake: FakeLookupd, cluster: Cluster
+@pytest.mark.parametrize("junk", JUNK_LOOKUPS)
+async def test_a_junk_answer_is_one_error_line_and_the_other_lookupd_serves(
+    client: httpx.AsyncClient, fake: JunkLookupd, cluster: Cluster, junk: str
 ) -> None:
-    """A fake server for the broken lookupd, next to a real one."""
-    fake.answer_raw("/lookup", b"not json")
+    """The junk lookupd next to a real one: a real nsqlookupd never answers junk."""
+    fake.answer_with("/lookup", JUNK_LOOKUPS[junk])
     cluster.nsqd.publish("mixed", b"x")
     await producers_of(client, cluster.lookupd, "mixed", 1)
     found, errors = await lookup_all(client, [fake.address, cluster.lookupd.http_address], "mixed")
     assert tcp_addresses(found) == {cluster.nsqd.tcp_address}
-    assert [error.address for error in errors] == [fake.address]
+    (error,) = errors
+    assert error.address == fake.address
+    message = str(error)
+    assert message.startswith(f"nsqlookupd {fake.address}: GET /lookup: ")
+    assert "\n" not in message and len(message) < 200, message
+
+
+async def test_an_out_of_range_port_names_the_field(
+    client: httpx.AsyncClient, fake: JunkLookupd
+) -> None:
+    fake.answer_with("/lookup", JUNK_LOOKUPS["port out of range"])
+    with pytest.raises(DiscoveryError, match="'tcp_port' is 99999, not a port number"):
+        await lookup(client, fake.address, "t")
 
 
 async def test_a_stalled_lookupd_times_out() -> None:
@@ -324,7 +312,7 @@ async def test_a_stalled_lookupd_times_out() -> None:
 async def test_https_url(tls_files: TlsFiles) -> None:
     """A fake TLS server: the fixtures' nsqlookupd serves plain HTTP only."""
     context = ssl.create_default_context(cafile=str(tls_files.ca))
-    with FakeLookupd(tls=tls_files) as fake:
+    with JunkLookupd(tls_files.cert, tls_files.key) as fake:
         fake.answer("/topics", {"topics": ["secure"]})
         async with httpx.AsyncClient(verify=context, timeout=5.0) as client:
             assert await topics(client, f"https://{fake.address}") == ["secure"]

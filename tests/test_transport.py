@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -214,6 +215,54 @@ async def test_connection_refused_names_the_address(nsqd: Nsqd) -> None:
     with pytest.raises(ConnectError, match=f"cannot connect to {address}: connection refused"):
         async with open_connection(address, make_config()):
             pass
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("nosuchhost.invalid:4150", "name does not resolve"),
+        ("a" * 64 + ".example:4150", "not a valid host name"),  # a DNS label is <= 63
+    ],
+)
+async def test_a_bad_name_says_so(address: str, reason: str) -> None:
+    with pytest.raises(ConnectError) as raised:
+        async with open_connection(address, make_config()):
+            pass
+    assert str(raised.value) == f"cannot connect to {address}: {reason}"
+
+
+async def test_nsqds_http_port_is_not_an_nsqd(nsqd: Nsqd) -> None:
+    """nsqd's HTTP server answers the magic with "HTTP/1.1 400 Bad Request"."""
+    with pytest.raises(ConnectError) as raised:
+        async with open_connection(nsqd.http_address, make_config()):
+            pass
+    assert str(raised.value) == f"{nsqd.http_address} is not an nsqd (it answered HTTP)"
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_local_addr_is_where_nsqd_sees_us_come_from(nsqd: Nsqd) -> None:
+    """Another loopback address (Linux routes all of 127/8 to lo) and a chosen port."""
+    local_addr = f"127.0.0.2:{free_port('127.0.0.2')}"
+    async with subscribed(nsqd.tcp_address, make_config(local_addr=local_addr), Inbox()):
+        stats = await trio.to_thread.run_sync(client_stats, nsqd)
+    assert stats["remote_address"] == local_addr
+
+
+async def test_a_local_addr_that_cannot_be_bound_says_so(nsqd: Nsqd) -> None:
+    local_addr = "192.0.2.1:0"  # TEST-NET-1: never an address of this host
+    with pytest.raises(ConnectError) as raised:
+        async with open_connection(nsqd.tcp_address, make_config(local_addr=local_addr)):
+            pass
+    assert str(raised.value) == (
+        f"cannot connect to {nsqd.tcp_address}: cannot bind to local_addr {local_addr}: "
+        "cannot assign requested address"
+    )
 
 
 async def test_pipelined_requests_are_answered_in_order(nsqd: Nsqd) -> None:

@@ -6,6 +6,8 @@ readable first and writes go to a worker thread. Regular files and /dev/null nev
 block for long and are used directly. Writes hold a lock, so lines from several topics
 never interleave. A closed pipe
 (`nsq_tail | head`) is reported as PipeClosed, which commands treat as a normal end.
+A write to a pipe nobody reads can be cancelled: its thread is abandoned, still
+blocked, so how much of it was written is unknown and the writer must not be used again.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class StdoutWriter:
                 self._write_all(data)  # no await: nothing can interleave, no lock needed
                 return
             async with self._lock:
-                await trio.to_thread.run_sync(self._write_all, data)
+                await trio.to_thread.run_sync(self._write_all, data, abandon_on_cancel=True)
         except BrokenPipeError:
             raise PipeClosed from None
 

@@ -35,10 +35,17 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
+    import trio
+
     from nsqtools.config import ClientConfig
     from nsqtools.consumer import Batch, Consumer
 
 TOOL = "nsq_tail"
+# After the first SIGINT/SIGTERM, how long a write to stdout may still take before it
+# is abandoned and its messages requeued. Long enough for a reader that is merely slow
+# to take the lines already received; short enough that `nsq_tail | sleep 30` stops
+# when asked, before a user reaches for the second signal.
+STOP_GRACE = 1.5
 
 
 @dataclass
@@ -242,12 +249,14 @@ async def tail(settings: TailSettings) -> None:
             for topic in settings.topics
         ]
         # Consumers close after this nursery, outside its cancelled scope, so their
-        # connections are still alive to requeue what is left.
+        # connections are still alive to requeue what is left, including the batch
+        # whose write a stop abandoned.
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signals, consumers)
-            async with trio.open_nursery() as readers:
-                for consumer in consumers:
-                    readers.start_soon(show, consumer, consumers)
+            with trio.CancelScope() as readers_scope:
+                nursery.start_soon(_stop_on_signals, consumers, readers_scope)
+                async with trio.open_nursery() as readers:
+                    for consumer in consumers:
+                        readers.start_soon(show, consumer, consumers)
             nursery.cancel_scope.cancel()
     if pipe_closed:
         silence_stdout()
@@ -266,8 +275,9 @@ def _stop_all(consumers: Sequence[Consumer]) -> None:
         consumer.stop()
 
 
-async def _stop_on_signals(consumers: Sequence[Consumer]) -> None:
-    """First SIGINT/SIGTERM: stop cleanly (requeue, flush, exit 0). Second: exit at once."""
+async def _stop_on_signals(consumers: Sequence[Consumer], readers: trio.CancelScope) -> None:
+    """First SIGINT/SIGTERM: stop cleanly (requeue, flush, exit 0), giving the readers
+    STOP_GRACE to write what they hold before they are cancelled. Second: exit at once."""
     import os
 
     import trio
@@ -279,6 +289,7 @@ async def _stop_on_signals(consumers: Sequence[Consumer]) -> None:
                 os._exit(128 + signum)
             stopping = True
             _stop_all(consumers)
+            readers.deadline = trio.current_time() + STOP_GRACE
 
 
 def main() -> None:

@@ -3,8 +3,9 @@
 This package owns starting, stopping, killing and freezing real nsqd and nsqlookupd
 processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
 running the Go reference utilities side by side with ours, the faults every tool's
-tests reuse (a throttled, silent or cut link: proxy.py), and work bounds without timers
-(bytes allocated per step: work.py). Nothing here fakes NSQ.
+tests reuse (a throttled, silent or cut link: proxy.py; a lookupd answering junk:
+junklookupd.py), and work bounds without timers (bytes allocated per step: work.py).
+Nothing here fakes nsqd.
 """
 
 from nsqtools.testing.binaries import NsqNotInstalled, find_binary, run_go_tool
@@ -16,11 +17,14 @@ from nsqtools.testing.cluster import (
     TlsFiles,
     wait_until,
 )
+from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from nsqtools.testing.proxy import LinkProxy
 from nsqtools.testing.work import AllocationMeter
 
 __all__ = [
+    "JUNK_LOOKUPS",
     "AllocationMeter",
+    "JunkLookupd",
     "LinkProxy",
     "NsqNotInstalled",
     "NsqProcess",

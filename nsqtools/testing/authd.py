@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from nsqtools.testing.httpserver import LocalHttpServer
+from nsqtools.testing.httpserver import LocalHttpServer, Reply
 
 ALL_RIGHTS: list[dict[str, Any]] = [
     {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}
@@ -34,13 +34,11 @@ class AuthService(LocalHttpServer):
         self.ttl = ttl
         self.queries: list[dict[str, str]] = []
 
-    def _route(
-        self, path: str, query: dict[str, str], headers: Mapping[str, str]
-    ) -> tuple[int, bytes]:
+    def _route(self, path: str, query: dict[str, str], headers: Mapping[str, str]) -> Reply:
         if path != "/auth":
-            return 404, b'{"message": "NOT_FOUND"}'
+            return Reply(404, b'{"message": "NOT_FOUND"}')
         status, document = self.answer(query)
-        return status, json.dumps(document).encode()
+        return Reply(status, json.dumps(document).encode())
 
     def answer(self, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
         self.queries.append(query)

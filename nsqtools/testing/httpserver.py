@@ -1,8 +1,8 @@
 """A small threaded HTTP server on 127.0.0.1 for tests: each GET is answered by a
-function of (path, query, headers) returning (status, body bytes), sent as JSON.
+function of (path, query, headers) returning a Reply (status, body, content type).
 
-The auth service nsqd queries and the stand-in lookupds of the discovery tests are
-built on it; optionally served over TLS.
+The auth service nsqd queries and the junk lookupd are built on it; optionally
+served over TLS.
 """
 
 from __future__ import annotations
@@ -12,12 +12,21 @@ import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from nsqtools.testing.lifetime import StartsAndStops
 
-Route = Callable[[str, dict[str, str], Mapping[str, str]], tuple[int, bytes]]
+
+class Reply(NamedTuple):
+    """What the server sends for one GET."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+Route = Callable[[str, dict[str, str], Mapping[str, str]], Reply]
 
 
 class LocalHttpServer(StartsAndStops):
@@ -52,12 +61,12 @@ def _handler_for(route: Route) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             query = {key: values[0] for key, values in parse_qs(url.query).items()}
-            status, body = route(url.path, query, dict(self.headers))
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            reply = route(url.path, query, dict(self.headers))
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.body)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(reply.body)
 
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: tests look at what the route recorded instead."""

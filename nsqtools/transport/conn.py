@@ -1,9 +1,10 @@
-"""One connection to nsqd: dial, the set-up sequence, then a reader and a writer task.
+"""One connection to nsqd: dial (dial.py), the set-up sequence, then a reader and a
+writer task.
 
-Set-up, in order: magic and IDENTIFY; TLS and its OK; snappy or deflate and its OK;
-AUTH when nsqd requires it. Each step reads exactly one frame, so bytes that belong to
-the next layer (a compressed OK can arrive with the plain IDENTIFY answer) are handed
-to that layer, never lost.
+Set-up, in order: magic and IDENTIFY (a server answering HTTP instead is named as
+such); TLS and its OK; snappy or deflate and its OK; AUTH when nsqd requires it. Each
+step reads exactly one frame, so bytes that belong to the next layer (a compressed OK
+can arrive with the plain IDENTIFY answer) are handed to that layer, never lost.
 
 Afterwards the reader task decodes frames, answers heartbeats with NOP at once,
 passes message batches to a sink that must not block (so a slow application never
@@ -57,6 +58,7 @@ from nsqtools.protocol import (
     commands,
 )
 from nsqtools.transport.compression import DeflateStream, SnappyStream
+from nsqtools.transport.dial import dial
 from nsqtools.transport.tls import client_context, describe_tls_failure
 
 log = logging.getLogger("nsqtools.transport")
@@ -427,11 +429,10 @@ async def negotiate(
     address: str, config: ClientConfig
 ) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
     """Dial and run the set-up sequence; return the (possibly wrapped) stream and state."""
-    host, port = split_address(address)
-    stream = await _dial(address, host, port, config.dial_timeout)
+    stream = await dial(address, config.dial_timeout, config.local_addr)
     try:
         with trio.fail_after(config.read_timeout):
-            return await _set_up(stream, address, host, config)
+            return await _set_up(stream, address, config)
     except trio.TooSlowError:
         await trio.aclose_forcefully(stream)
         raise ConnectError(
@@ -443,38 +444,17 @@ async def negotiate(
         raise
 
 
-async def _dial(address: str, host: str, port: int, timeout: float) -> trio.abc.Stream:
-    try:
-        with trio.fail_after(timeout):
-            return await trio.open_tcp_stream(host, port)
-    except trio.TooSlowError:
-        raise ConnectError(
-            f"cannot connect to {address}: timed out after {format_duration(timeout)}"
-        ) from None
-    except OSError as error:
-        raise ConnectError(f"cannot connect to {address}: {_dial_failure(error)}") from error
-
-
-def _dial_failure(error: BaseException) -> str:
-    """The root reason, e.g. "connection refused", from trio's "all attempts failed"."""
-    cause = error.__cause__
-    if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
-        return _dial_failure(cause.exceptions[0])
-    if isinstance(error, OSError) and error.errno:
-        return os.strerror(error.errno).lower()
-    return str(error)
-
-
 async def _set_up(
-    stream: trio.abc.Stream, address: str, host: str, config: ClientConfig
+    stream: trio.abc.Stream, address: str, config: ClientConfig
 ) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
     decoder = FrameDecoder()
     await stream.send_all(commands.MAGIC_V2 + commands.identify(identify_request(config).to_json()))
+    decoder.receive_data(await _first_answer(stream, address))
     identify = IdentifyResponse.parse(await _read_response(stream, decoder, address, "IDENTIFY"))
     if config.tls_v1:
         if not identify.tls_v1:
             raise TlsError(f"{address} does not offer TLS (nsqd needs --tls-cert and --tls-key)")
-        stream = await _start_tls(stream, decoder, address, host, config)
+        stream = await _start_tls(stream, decoder, address, config)
         await _expect_ok(stream, decoder, address, "TLS")
     if identify.snappy:
         stream = SnappyStream(stream, initial=decoder.take_unconsumed())
@@ -486,8 +466,18 @@ async def _set_up(
     return stream, decoder, identify, auth
 
 
+async def _first_answer(stream: trio.abc.Stream, address: str) -> bytes:
+    """The first bytes the server sends. An HTTP server (nsqd's own HTTP port, say)
+    answers the magic with a status line, "HTTP/1.1 400 Bad Request", which read as a
+    frame would be a 1.2 GB one."""
+    data = await _receive(stream, address, "IDENTIFY")
+    if data.startswith(b"HTTP/"):
+        raise ConnectError(f"{address} is not an nsqd (it answered HTTP)")
+    return data
+
+
 async def _start_tls(
-    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, host: str, config: ClientConfig
+    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, config: ClientConfig
 ) -> trio.SSLStream[trio.abc.Stream]:
     if decoder.take_unconsumed():
         raise RemoteProtocolError(f"{address} sent data before the TLS handshake")
@@ -498,6 +488,7 @@ async def _start_tls(
         config.tls_insecure_skip_verify,
         config.tls_min_version,
     )
+    host, _ = split_address(address)
     tls_stream = trio.SSLStream(stream, context, server_hostname=host)
     try:
         await tls_stream.do_handshake()
@@ -535,13 +526,7 @@ async def _read_response(
     while True:
         event = decoder.next_event()
         if event is None:
-            try:
-                data = await stream.receive_some(RECEIVE_SIZE)
-            except trio.BrokenResourceError as error:
-                raise ConnectError(f"{address} broke the connection during {step}") from error
-            if not data:
-                raise ConnectError(f"{address} closed the connection during {step}")
-            decoder.receive_data(bytes(data))
+            decoder.receive_data(await _receive(stream, address, step))
         elif isinstance(event, Heartbeat):
             await stream.send_all(commands.NOP)
         elif isinstance(event, ErrorFrame):
@@ -550,6 +535,17 @@ async def _read_response(
             return event.data
         else:
             raise RemoteProtocolError(f"{address} sent a message during {step}")
+
+
+async def _receive(stream: trio.abc.Stream, address: str, step: str) -> bytes:
+    """The next bytes of the set-up; the connection ending here is a ConnectError."""
+    try:
+        data = await stream.receive_some(RECEIVE_SIZE)
+    except trio.BrokenResourceError as error:
+        raise ConnectError(f"{address} broke the connection during {step}") from error
+    if not data:
+        raise ConnectError(f"{address} closed the connection during {step}")
+    return bytes(data)
 
 
 def _tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
