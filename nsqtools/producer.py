@@ -86,7 +86,7 @@ def cut_points(
     count = len(sizes)
     if not count:
         return []
-    if _MPUB_OVERHEAD + _MESSAGE_OVERHEAD * count + sum(sizes) <= max_body_size:
+    if commands.mpub_body_size(sizes) <= max_body_size:
         return [(0, count)]
     # ends[i]: MPUB body bytes taken by messages 0..i, without the count.
     ends = list(accumulate(map(_MESSAGE_OVERHEAD.__add__, sizes)))
@@ -381,24 +381,29 @@ class _Node:
         """Remember the limit nsqd named in refusing the part (or guess it from the part)."""
         named = _TOO_BIG.search(error.message)
         if error.code == "E_BAD_BODY":
-            body = _MPUB_OVERHEAD + sum(part.sizes()) + _MESSAGE_OVERHEAD * part.count
-            limit = int(named[2]) if named else body - 1
+            limit = int(named[2]) if named else commands.mpub_body_size(part.sizes()) - 1
             self.max_body_size = min(limit, self.max_body_size or limit)
         elif named or part.count == 1:
             limit = int(named[2]) if named else max(part.sizes()) - 1
             self.max_message_size = min(limit, self.max_message_size or limit)
 
     def _known_refusal(self, part: _Part) -> NsqErrorResponse | None:
-        """nsqd's answer, known in advance, to a message over the limit it named: sending
-        it would only make nsqd close the connection again."""
-        limit = self.max_message_size
-        if limit is None or part.count != 1:
-            return None
-        size = len(part.batch.bodies[part.start])
-        if size <= limit:
-            return None
-        problem = f"message too big {size} > {limit} (nsqd's --max-msg-size)"
-        return NsqErrorResponse(self.address, "E_BAD_MESSAGE", problem)
+        """nsqd's answer, known in advance, to a part over a limit it named. Sending it
+        would only make nsqd close the connection again, and the reset that closes it
+        can take the answers to the commands before it along (sent again: duplicates)."""
+        if self.max_message_size is None and self.max_body_size is None:
+            return None  # the usual case: nothing refused yet
+        sizes = part.sizes()
+        message_limit, body_limit = self.max_message_size, self.max_body_size
+        if message_limit is not None and max(sizes) > message_limit:
+            command = "PUB" if part.count == 1 else "MPUB"
+            problem = f"{command} message too big {max(sizes)} > {message_limit}"
+            return NsqErrorResponse(self.address, "E_BAD_MESSAGE", problem)
+        body = commands.mpub_body_size(sizes)
+        if body_limit is not None and part.count > 1 and body > body_limit:
+            problem = f"MPUB body too big {body} > {body_limit}"
+            return NsqErrorResponse(self.address, "E_BAD_BODY", problem)
+        return None
 
 
 # -- the producer -----------------------------------------------------------------------

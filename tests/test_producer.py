@@ -186,11 +186,35 @@ async def test_a_known_oversize_message_fails_without_closing_the_connection_aga
         with pytest.raises(NsqErrorResponse, match="PUB message too big 1001 > 1000"):
             await producer.publish(TOPIC, b"x" * 1001)
         await producer.publish(TOPIC, b"first")
-        with pytest.raises(NsqErrorResponse, match=r"message too big 2000 > 1000 \(nsqd's"):
+        connected_from = publishers(nsqd)
+        with pytest.raises(NsqErrorResponse, match=r"PUB message too big 2000 > 1000"):
             await producer.publish(TOPIC, b"x" * 2000)  # refused as nsqd would, unsent
         await producer.publish(TOPIC, b"second")
+        assert publishers(nsqd) == connected_from  # the same connection: nothing refused it
     assert tail(nsqd, 2) == [b"first", b"second"]
     assert producer.failed == 2
+
+
+async def test_a_batch_over_a_known_body_limit_is_cut_before_it_is_sent(
+    local_nsq: LocalNsq,
+) -> None:
+    """Two batches made before nsqd named its limit: once it refused the first, the
+    second is cut before it is sent, not sent to be refused again (each refusal resets
+    the connection, which can take the answers to commands before it along: those
+    would be sent twice)."""
+    nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=10000"])
+    bodies = [b"%099d" % index for index in range(1000)]
+    async with Producer(nsqd.tcp_address) as producer:
+        await producer.put_many(TOPIC, bodies[:500])
+        await producer.put_many(f"{TOPIC}-2", bodies[500:])  # another topic: another batch
+    assert outcomes(producer) == (1000, 0, {})
+    assert tail(nsqd, 500) == bodies[:500]
+    assert nsqd.log_path.read_text().count("] - E_BAD_BODY") == 1  # refused once
+
+
+def publishers(nsqd: Nsqd) -> list[str]:
+    """Where nsqd's publishing clients connect from: a new connection, a new port."""
+    return sorted(client["remote_address"] for client in nsqd.stats().get("producers") or [])
 
 
 async def test_an_nsqd_with_larger_limits_takes_what_the_defaults_would_cut(

@@ -95,9 +95,10 @@ def mpub(topic: str, bodies: Sequence[bytes], sizes: Sequence[int] | None = None
     return b"".join(parts)
 
 
-def mpub_body_size(bodies: Sequence[bytes]) -> int:
-    """The size of MPUB's body for these messages: count, then a size before each."""
-    return 4 + 4 * len(bodies) + sum(map(len, bodies))
+def mpub_body_size(sizes: Sequence[int]) -> int:
+    """The size of MPUB's body (what nsqd checks against --max-body-size) for messages
+    of these sizes: the count, then a size before each."""
+    return 4 + 4 * len(sizes) + sum(sizes)
 
 
 def rdy(count: int) -> bytes:

@@ -68,6 +68,9 @@ RECEIVE_SIZE = 256 * 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 # The writer hands the socket at most this much at a time, so that it sees progress.
 WRITE_CHUNK = 64 * 1024
+# After a write failed because the peer closed or reset the connection, how long the
+# reader may take to read what the peer sent before (it ends at the close: at once).
+READ_AFTER_WRITE_FAILURE = 1.0
 
 MessageSink = Callable[["Conn", MessageBatch], None]
 ErrorSink = Callable[["Conn", ErrorFrame], None]
@@ -112,6 +115,7 @@ class Conn:
         self._outgoing: list[bytes] = []
         self._outgoing_size = 0
         self._sending = False
+        self._write_error: BaseException | None = None  # the peer went away under a write
         self._bytes_queued = 0  # every byte ever given to write()
         self._bytes_sent = 0  # every byte the socket has taken
         self._last_progress = 0.0  # when the socket last took bytes, or an answer came
@@ -134,8 +138,8 @@ class Conn:
 
     def write(self, data: bytes) -> None:
         """Send bytes now if the socket takes them, else queue them for the writer task;
-        never blocks. Raises if the connection closed."""
-        if self._closed.is_set():
+        never blocks. Raises if the connection closed (or can no longer be written)."""
+        if self._closed.is_set() or self._write_error is not None:
             raise self._closed_error()
         self._bytes_queued += len(data)
         if self._raw_fd is not None and not self._outgoing and not self._sending:
@@ -281,8 +285,19 @@ class Conn:
                 self._sending = False
                 self._progress.set()
                 self._progress = trio.Event()
-        except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
+        except (trio.BrokenResourceError, OSError) as error:
+            await self._let_reader_finish(error)
+        except (ProtocolError, NsqError) as error:
             self._end(error)
+
+    async def _let_reader_finish(self, error: BaseException) -> None:
+        """The peer closed or reset the connection under a write. What it sent before,
+        often the error that says why, can still be in the receive buffer: the reader
+        ends the connection once it has read that, or this does after a short grace."""
+        self._write_error = error
+        with trio.move_on_after(READ_AFTER_WRITE_FAILURE):
+            await self._closed.wait()
+        self._end(error)
 
     async def _send(self, data: bytes) -> None:
         """Send data a chunk at a time; _watch_sends cancels it if nothing moves.
@@ -350,9 +365,10 @@ class Conn:
     # -- closing ---------------------------------------------------------------------
 
     def _closed_error(self) -> ConnectionClosed:
-        if isinstance(self.error, ConnectionClosed):
-            return self.error
-        reason = f": {self.error}" if self.error is not None else ""
+        error = self.error or self._write_error
+        if isinstance(error, ConnectionClosed):
+            return error
+        reason = f": {error}" if error is not None else ""
         return ConnectionClosed(f"connection to {self.address} is closed{reason}")
 
     def _end(self, error: BaseException | None) -> None:
