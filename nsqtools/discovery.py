@@ -159,7 +159,7 @@ async def _get(
     try:
         response = await client.get(url, params=params, headers=ACCEPT_V1)
     except httpx.TimeoutException as exc:
-        raise DiscoveryError(address, f"GET {path}: timed out") from exc
+        raise DiscoveryError(address, f"GET {path}: timed out (lookupd_poll_timeout)") from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise DiscoveryError(address, f"GET {path}: {_request_failure(exc)}") from exc
     try:

@@ -306,7 +306,9 @@ async def test_a_stalled_lookupd_times_out() -> None:
         async with httpx.AsyncClient(timeout=0.2) as client:
             with pytest.raises(DiscoveryError) as caught:
                 await nodes(client, address)
-    assert str(caught.value) == f"nsqlookupd {address}: GET /nodes: timed out"
+    assert (
+        str(caught.value) == f"nsqlookupd {address}: GET /nodes: timed out (lookupd_poll_timeout)"
+    )
 
 
 async def test_https_url(tls_files: TlsFiles) -> None:

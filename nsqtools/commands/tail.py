@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from nsqtools.commands.front import (
     GoFlagsCommand,
     configure_logging,
     run,
+    stop_signals,
     tune_gc_for_throughput,
     version_option,
 )
@@ -282,7 +282,7 @@ async def _stop_on_signals(consumers: Sequence[Consumer], readers: trio.CancelSc
 
     import trio
 
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with stop_signals() as signals:
         stopping = False
         async for signum in signals:
             if stopping:

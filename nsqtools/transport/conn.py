@@ -226,8 +226,8 @@ class Conn:
                         raise ConnectionClosed(f"{self.address} closed the connection")
                     self._dispatch(self._decoder.feed(data))
             raise ConnectionClosed(
-                f"{self.address} sent nothing for {format_duration(silence_limit)}: "
-                "connection presumed dead"
+                f"{self.address} sent nothing for {format_duration(silence_limit)}, "
+                "two heartbeat_intervals: connection presumed dead"
             )
         except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
             self._end(error)
@@ -453,7 +453,7 @@ async def negotiate(
         await trio.aclose_forcefully(stream)
         raise ConnectError(
             f"{address} did not complete the connection set-up within "
-            f"{format_duration(config.read_timeout)}"
+            f"{format_duration(config.read_timeout)} (read_timeout)"
         ) from None
     except BaseException:
         await trio.aclose_forcefully(stream)

@@ -30,7 +30,8 @@ async def dial(address: str, timeout: float, local_addr: str = "") -> trio.Socke
                 return await _dial_from(address, host, port, local_addr)
             return await trio.open_tcp_stream(host, port)
     except trio.TooSlowError:
-        raise _cannot_connect(address, f"timed out after {format_duration(timeout)}") from None
+        limit = format_duration(timeout)
+        raise _cannot_connect(address, f"timed out after {limit} (dial_timeout)") from None
     except UnicodeError as error:  # the IDNA codec refuses it: an empty or over-long label
         raise _cannot_connect(address, "not a valid host name") from error
     except OSError as error:
