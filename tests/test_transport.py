@@ -318,6 +318,18 @@ async def test_a_silent_nsqd_is_declared_dead(nsqd: Nsqd) -> None:
             conn.write(commands.NOP)
 
 
+async def test_a_write_that_makes_no_progress_names_write_timeout(nsqd: Nsqd) -> None:
+    """nsqd frozen and owed no answer: once the socket buffers are full, nothing moves
+    and the write fails after write_timeout, with a message naming the option."""
+    config = make_config(write_timeout=0.1, heartbeat_interval=10.0)
+    async with open_connection(nsqd.tcp_address, config) as conn:
+        with nsqd.frozen(), trio.fail_after(10):
+            conn.write(commands.NOP * 8_000_000)  # 32 MB: more than the buffers hold
+            await conn.wait_closed()
+    message = str(conn.error)
+    assert "made no progress for 100ms (raise it with the write_timeout option)" in message
+
+
 async def test_close_is_safe_twice(nsqd: Nsqd) -> None:
     async with open_connection(nsqd.tcp_address, make_config()) as conn:
         await conn.aclose()
