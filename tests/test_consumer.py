@@ -193,26 +193,28 @@ async def test_an_nsqd_given_twice_is_connected_once(
     assert "E_FIN_FAILED" not in caplog.text
 
 
+def ready(nsqd: Nsqd) -> int:
+    """The RDY count of the channel's only client (-1 while it has none)."""
+    clients = channel(nsqd)["clients"]
+    return int(clients[0]["ready_count"]) if clients else -1
+
+
 async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, bodies("backoff", 3))
     config = make_config(max_in_flight=10, backoff_multiplier=0.5)
-
-    def ready() -> int:
-        clients = channel(nsqd)["clients"]
-        return int(clients[0]["ready_count"]) if clients else -1
 
     address = [nsqd.tcp_address]
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
         batches = aiter(consumer)
         batch = await anext(batches)
-        await wait_for(lambda: ready() == 10, "full RDY before the failure")
+        await wait_for(lambda: ready(nsqd) == 10, "full RDY before the failure")
         batch.requeue(delay=0)  # a failure: back off
-        await wait_for(lambda: ready() == 0, "RDY 0 during the backoff pause")
-        await wait_for(lambda: ready() == 1, "RDY 1 to test the water after the pause")
+        await wait_for(lambda: ready(nsqd) == 0, "RDY 0 during the backoff pause")
+        await wait_for(lambda: ready(nsqd) == 1, "RDY 1 to test the water after the pause")
         with trio.fail_after(10):
             batch = await anext(batches)
         batch.finish()  # a success: back to full speed
-        await wait_for(lambda: ready() == 10, "full RDY again after a success")
+        await wait_for(lambda: ready(nsqd) == 10, "full RDY again after a success")
 
 
 async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
@@ -221,23 +223,19 @@ async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, bodies("continue", 3))
     config = make_config(max_in_flight=10, backoff_multiplier=0.5)
 
-    def ready() -> int:
-        clients = channel(nsqd)["clients"]
-        return int(clients[0]["ready_count"]) if clients else -1
-
     address = [nsqd.tcp_address]
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
         batches = aiter(consumer)
         (await anext(batches)).requeue(delay=0)  # a failure: back off
-        await wait_for(lambda: ready() == 1, "RDY 1 to test the water after the pause")
+        await wait_for(lambda: ready(nsqd) == 1, "RDY 1 to test the water after the pause")
         with trio.fail_after(10):
             batch = await anext(batches)
         batch.requeue(delay=0, backoff=False)
         with trio.fail_after(10):
-            while (after := await trio.to_thread.run_sync(ready)) == 1:
+            while (after := await trio.to_thread.run_sync(ready, nsqd)) == 1:
                 await trio.sleep(0.01)
         assert after == 0, "another pause, not full speed"
-        await wait_for(lambda: ready() == 1, "RDY 1 again after the pause")
+        await wait_for(lambda: ready(nsqd) == 1, "RDY 1 again after the pause")
 
 
 async def test_max_attempts_gives_up_through_the_hook(nsqd: Nsqd) -> None:

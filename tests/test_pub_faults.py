@@ -116,15 +116,8 @@ def test_a_slow_link_that_moves_is_not_a_failure(nsqd: Nsqd) -> None:
 def test_a_frozen_nsqd_holds_records_back_but_fails_none(nsqd: Nsqd) -> None:
     """nsqd stops reading for longer than write_timeout (1s) while it owes answers:
     busy, not dead (its heartbeats would say so). Everything arrives, exit 0."""
-    process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=frozen"],
-        stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    process = start_publishing(nsqd, "frozen", 100_000)
     assert process.stdin is not None
-    process.stdin.write(records(0, 100_000))
-    process.stdin.flush()
-    wait_until(lambda: depth(nsqd, "frozen") == 100_000, 30, "the first records in nsqd")
     with nsqd.frozen():
         # 20 MB: more than the socket buffers hold, so our writes stall on nsqd.
         process.stdin.write(records(100_000, 300_000))
@@ -251,21 +244,10 @@ def test_an_nsqd_gone_for_good_fails_the_rest_after_the_reconnect_timeout(
     """Reading stops while nsqd is down; after --reconnect-timeout the records held
     fail, are counted and written to the failed file, and the run ends."""
     failed = tmp_path / "failed"
-    process = subprocess.Popen(
-        [
-            TOOL,
-            f"--nsqd-tcp-address={nsqd.tcp_address}",
-            "--topic=gone",
-            f"--failed-file={failed}",
-            "--reconnect-timeout=1s",
-        ],
-        stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    process = start_publishing(
+        nsqd, "gone", 1000, f"--failed-file={failed}", "--reconnect-timeout=1s"
     )
     assert process.stdin is not None
-    process.stdin.write(records(0, 1000))
-    process.stdin.flush()
-    wait_until(lambda: depth(nsqd, "gone") == 1000, 30, "the first records in nsqd")
     nsqd.kill()
     process.stdin.write(records(1000, 3000))
     stderr = finish(process)
@@ -283,20 +265,8 @@ def test_a_second_signal_exits_at_once_and_still_counts(nsqd: Nsqd, tmp_path: Pa
     failed = tmp_path / "failed"
     errors = tmp_path / "stderr"
     with errors.open("wb") as stderr:
-        process = subprocess.Popen(
-            [
-                TOOL,
-                f"--nsqd-tcp-address={nsqd.tcp_address}",
-                "--topic=sig",
-                f"--failed-file={failed}",
-            ],
-            stdin=subprocess.PIPE,
-            stderr=stderr,
-        )
+        process = start_publishing(nsqd, "sig", 100, f"--failed-file={failed}", stderr=stderr)
     assert process.stdin is not None
-    process.stdin.write(records(0, 100))
-    process.stdin.flush()
-    wait_until(lambda: depth(nsqd, "sig") == 100, 30, "the first records in nsqd")
     with nsqd.frozen():
         process.stdin.write(records(100, 200))
         process.stdin.flush()
@@ -314,6 +284,22 @@ def test_a_second_signal_exits_at_once_and_still_counts(nsqd: Nsqd, tmp_path: Pa
     assert lines[-1].startswith("to_nsq: error: 100 of 200 records were not published")
     assert "interrupted before" in lines[-1]
     assert failed.read_bytes() == records(100, 200)
+
+
+def start_publishing(
+    nsqd: Nsqd, topic: str, first: int, *args: str, stderr: IO[bytes] | int = subprocess.PIPE
+) -> subprocess.Popen[bytes]:
+    """to_nsq reading a pipe, once the first records it was given (0..first) are in nsqd."""
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}", *args],
+        stdin=subprocess.PIPE,
+        stderr=stderr,
+    )
+    assert process.stdin is not None
+    process.stdin.write(records(0, first))
+    process.stdin.flush()
+    wait_until(lambda: depth(nsqd, topic) == first, 30, "the first records in nsqd")
+    return process
 
 
 def finish(process: subprocess.Popen[bytes], timeout: float = 60) -> bytes:
