@@ -335,6 +335,13 @@ class Consumer:
             for link in self._live_links():
                 self._nursery.start_soon(link.close_subscription)
 
+    def give_back(self, count: int) -> None:
+        """count messages delivered were requeued for another try (their output failed):
+        with a limit, that many more may be delivered."""
+        self.delivered -= count
+        if self.limit is not None:
+            self._rebalance()
+
     def is_starved(self) -> bool:
         """True when nsqd will send no more until messages are answered: flush now."""
         links = self._live_links()

@@ -5,8 +5,7 @@ Go's flag package accepts `-flag=v`, `-flag v`, `--flag=v`, `--flag v`, `-bool`,
 click's dialect before parsing, so an existing Go command line works unchanged.
 
 run() is every entry point: usage errors exit 2, runtime failures exit 1, each as one
-line on stderr; a traceback only with --debug (or NSQTOOLS_DEBUG=1). stop_signals() is
-how a command hears SIGINT and SIGTERM.
+line on stderr; a traceback only with --debug (or NSQTOOLS_DEBUG=1).
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -136,22 +133,6 @@ def tune_gc_for_throughput() -> None:
 
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-
-
-@contextmanager
-def stop_signals() -> Iterator[AsyncIterator[int]]:
-    """SIGINT and SIGTERM, as trio delivers them, for a command's own way of stopping.
-
-    Ignored once the block ends: a signal that came as the work ended and was not
-    handled would otherwise be raised again with the default disposition, killing a
-    process that has done its work (SIGTERM) or ending it in a traceback (SIGINT).
-    """
-    import trio
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)  # what trio restores when the block ends
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        yield signals
 
 
 def debug_requested(argv: Sequence[str]) -> bool:

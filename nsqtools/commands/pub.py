@@ -13,6 +13,7 @@ once, still with the count (every record without an answer counts as failed).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,6 @@ from nsqtools.commands.front import (
     configure_logging,
     fail,
     run,
-    stop_signals,
     tune_gc_for_throughput,
     version_option,
 )
@@ -37,7 +37,7 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import trio
 
@@ -189,6 +189,7 @@ class _Run:
         import trio
 
         from nsqtools.producer import Producer
+        from nsqtools.runtime.signals import watch_signals
 
         on_outcome = self._record_failures if self.failed_file is not None else None
         producer = Producer(
@@ -201,7 +202,14 @@ class _Run:
         self.producer = producer
         async with producer, trio.open_nursery() as nursery:
             reading = trio.CancelScope()
-            nursery.start_soon(self._stop_reading_on_signals, reading)
+            # First SIGINT/SIGTERM: read no more, publish what was read, exit. Second:
+            # exit at once, every record without an answer counted failed (and kept in
+            # the failed file).
+            nursery.start_soon(
+                functools.partial(
+                    watch_signals, self._stop_reading(reading), before_exit=self._abandon
+                )
+            )
             if sys.stderr.isatty():
                 nursery.start_soon(_show_progress, producer)
             with reading:
@@ -249,19 +257,12 @@ class _Run:
         if outcome.error is not None and self.failed_file is not None:
             self.failed_file.write(outcome.bodies)
 
-    async def _stop_reading_on_signals(self, reading: trio.CancelScope) -> None:
-        """First SIGINT/SIGTERM: read no more, publish what was read, exit. Second: exit
-        at once, every record without an answer counted failed (and in the failed file)."""
-        import os
+    def _stop_reading(self, reading: trio.CancelScope) -> Callable[[], None]:
+        def stop() -> None:
+            reading.cancel()
+            self._say_stopping()
 
-        with stop_signals() as signals:
-            async for signum in signals:
-                if not reading.cancel_called:
-                    reading.cancel()
-                    self._say_stopping()
-                    continue
-                self._abandon()
-                os._exit(128 + signum)
+        return stop
 
     def _say_stopping(self) -> None:
         import logging

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +20,6 @@ from nsqtools.commands.front import (
     GoFlagsCommand,
     configure_logging,
     run,
-    stop_signals,
     tune_gc_for_throughput,
     version_option,
 )
@@ -35,17 +32,12 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
-    import trio
-
+    from nsqtools.commands.stdio import StdoutWriter
     from nsqtools.config import ClientConfig
-    from nsqtools.consumer import Batch, Consumer
+    from nsqtools.consumer import Batch
+    from nsqtools.runtime.sinks import Delivery
 
 TOOL = "nsq_tail"
-# After the first SIGINT/SIGTERM, how long a write to stdout may still take before it
-# is abandoned and its messages requeued. Long enough for a reader that is merely slow
-# to take the lines already received; short enough that `nsq_tail | sleep 30` stops
-# when asked, before a user reaches for the second signal.
-STOP_GRACE = 1.5
 
 
 @dataclass
@@ -187,109 +179,49 @@ class _Renderer:
         return formats.raw_lines(bodies, prefix)
 
 
-class _Budget:
-    """-n across all topics: how many more messages may be shown."""
+class _StdoutSink:
+    """Each delivery rendered and written to stdout, then done: written is durable
+    enough for a terminal or a pipe. A closed pipe closes the sink."""
 
-    def __init__(self, total: int) -> None:
-        self.left = total if total > 0 else None
+    flush_interval: float | None = None
 
-    def take(self, wanted: int) -> int:
-        if self.left is None:
-            return wanted
-        granted = min(wanted, self.left)
-        self.left -= granted
-        return granted
+    def __init__(self, renderer: _Renderer, writer: StdoutWriter) -> None:
+        self.renderer = renderer
+        self.writer = writer
 
-    @property
-    def spent(self) -> bool:
-        return self.left == 0
+    async def accept(self, delivery: Delivery) -> None:
+        from nsqtools.commands.stdio import PipeClosed
+        from nsqtools.runtime.sinks import SinkClosed
+
+        lines = self.renderer.render(delivery.batch, delivery.count, delivery.topic)
+        try:
+            await self.writer.write(lines)
+        except PipeClosed:
+            raise SinkClosed from None
+        delivery.done()
+
+    async def flush(self) -> None:
+        """Nothing held: every delivery is done once written."""
 
 
 async def tail(settings: TailSettings) -> None:
     import os
 
-    import trio
+    from nsqtools.commands.stdio import StdoutWriter, silence_stdout
+    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
 
-    from nsqtools.commands.stdio import PipeClosed, StdoutWriter, silence_stdout
-    from nsqtools.consumer import open_consumer
-
-    writer = StdoutWriter()
-    renderer = _Renderer(settings, terminal=os.isatty(1))
-    budget = _Budget(settings.total)
-    pipe_closed = False
-
-    async def show(consumer: Consumer, consumers: list[Consumer]) -> None:
-        nonlocal pipe_closed
-        async for batch in consumer:
-            shown = _within_budget(batch, budget)
-            try:
-                if shown:
-                    await writer.write(renderer.render(batch, shown, consumer.topic))
-            except PipeClosed:
-                pipe_closed = True
-                batch.requeue(delay=0, backoff=False)
-                _stop_all(consumers)
-                return
-            batch.finish()  # the ones shown: any past -n went back already
-            if budget.spent:
-                _stop_all(consumers)
-
-    async with AsyncExitStack() as stack:
-        consumers = [
-            await stack.enter_async_context(
-                open_consumer(
-                    topic,
-                    settings.channel,
-                    settings.config,
-                    nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
-                    lookupd_http_addresses=settings.lookupd_http_addresses,
-                    limit=settings.total or None,
-                )
-            )
-            for topic in settings.topics
-        ]
-        # Consumers close after this nursery, outside its cancelled scope, so their
-        # connections are still alive to requeue what is left, including the batch
-        # whose write a stop abandoned.
-        async with trio.open_nursery() as nursery:
-            with trio.CancelScope() as readers_scope:
-                nursery.start_soon(_stop_on_signals, consumers, readers_scope)
-                async with trio.open_nursery() as readers:
-                    for consumer in consumers:
-                        readers.start_soon(show, consumer, consumers)
-            nursery.cancel_scope.cancel()
-    if pipe_closed:
+    sink = _StdoutSink(_Renderer(settings, terminal=os.isatty(1)), StdoutWriter())
+    consume = ConsumeSettings(
+        topics=settings.topics,
+        channel=settings.channel,
+        config=settings.config,
+        nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+        lookupd_http_addresses=settings.lookupd_http_addresses,
+        total=settings.total,
+    )
+    summary = await run_consumers(consume, lambda topic: sink)
+    if summary.sink_closed:
         silence_stdout()
-
-
-def _within_budget(batch: Batch, budget: _Budget) -> int:
-    """How many of the batch's messages are still within -n; the rest go back at once."""
-    granted = budget.take(len(batch))
-    if granted < len(batch):
-        batch.requeue(batch.messages[granted:], delay=0, backoff=False)
-    return granted
-
-
-def _stop_all(consumers: Sequence[Consumer]) -> None:
-    for consumer in consumers:
-        consumer.stop()
-
-
-async def _stop_on_signals(consumers: Sequence[Consumer], readers: trio.CancelScope) -> None:
-    """First SIGINT/SIGTERM: stop cleanly (requeue, flush, exit 0), giving the readers
-    STOP_GRACE to write what they hold before they are cancelled. Second: exit at once."""
-    import os
-
-    import trio
-
-    with stop_signals() as signals:
-        stopping = False
-        async for signum in signals:
-            if stopping:
-                os._exit(128 + signum)
-            stopping = True
-            _stop_all(consumers)
-            readers.deadline = trio.current_time() + STOP_GRACE
 
 
 def main() -> None:

@@ -1,0 +1,175 @@
+"""Consumers for several topics, each feeding its own sink, until stopped.
+
+run_consumers() opens a consumer per topic and, for each batch: keeps it within the -n
+budget shared by all topics (what is past it goes back at once), hands it to the
+topic's sink as a Delivery, and flushes the sink when the consumer is starved (nsqd
+sends nothing more until messages are answered) and every sink.flush_interval. The
+first SIGINT/SIGTERM, the budget spent or a sink closed for good stops every consumer:
+sinks get a last flush, and what no sink settled is requeued by the consumers' clean
+stop. A sink failure requeues the delivery with backoff and the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+
+import trio
+
+from nsqtools.config import ClientConfig
+from nsqtools.consumer import Batch, Consumer, open_consumer
+from nsqtools.errors import NsqError
+from nsqtools.runtime.signals import watch_signals
+from nsqtools.runtime.sinks import Delivery, Sink, SinkClosed
+
+log = logging.getLogger("nsqtools.runtime")
+
+# After the first SIGINT/SIGTERM, how long a sink may still take to output what it holds
+# before it is abandoned and its messages requeued. Long enough for an output that is
+# merely slow; short enough that `nsq_tail | sleep 30` stops when asked, before a user
+# reaches for the second signal.
+STOP_GRACE = 1.5
+
+
+@dataclass
+class ConsumeSettings:
+    """What to consume: topics on one channel, from nsqds or through lookupds."""
+
+    topics: list[str]
+    channel: str
+    config: ClientConfig
+    nsqd_tcp_addresses: list[str] = field(default_factory=list)
+    lookupd_http_addresses: list[str] = field(default_factory=list)
+    total: int = 0  # -n across all topics (0: no limit)
+
+
+@dataclass
+class RunSummary:
+    """How a run ended."""
+
+    sink_closed: bool = False  # a sink's output went away (a closed pipe)
+    delivered: int = 0  # messages handed to sinks (again, after a failure)
+    failed: int = 0  # messages whose sink failed them (requeued)
+
+
+class Budget:
+    """-n across all topics: how many more messages may be output."""
+
+    def __init__(self, total: int) -> None:
+        self.left = total if total > 0 else None
+
+    def take(self, wanted: int) -> int:
+        if self.left is None:
+            return wanted
+        granted = min(wanted, self.left)
+        self.left -= granted
+        return granted
+
+    def give_back(self, count: int) -> None:
+        """Messages taken and then not output after all."""
+        if self.left is not None:
+            self.left += count
+
+    @property
+    def spent(self) -> bool:
+        return self.left == 0
+
+
+async def run_consumers(settings: ConsumeSettings, sink_for: Callable[[str], Sink]) -> RunSummary:
+    """Consume every topic into the sink sink_for(topic) gives, until stopped."""
+    run = _Run(settings, sink_for)
+    await run.run()
+    return run.summary
+
+
+class _Run:
+    def __init__(self, settings: ConsumeSettings, sink_for: Callable[[str], Sink]) -> None:
+        self.settings = settings
+        self.sinks = {topic: sink_for(topic) for topic in settings.topics}
+        self.budget = Budget(settings.total)
+        self.summary = RunSummary()
+        self.consumers: list[Consumer] = []
+        self.drains = trio.CancelScope()  # the per-topic loops; a stop gives them a grace
+
+    async def run(self) -> None:
+        async with AsyncExitStack() as stack:
+            for topic in self.settings.topics:
+                self.consumers.append(await stack.enter_async_context(self._open(topic)))
+            # Consumers close after this nursery, outside its cancelled scope, so their
+            # connections are still alive to requeue what no sink settled.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch_signals, self._stop_on_signal)
+                with self.drains:
+                    async with trio.open_nursery() as drains:
+                        for consumer in self.consumers:
+                            drains.start_soon(self._drain, consumer, self.sinks[consumer.topic])
+                nursery.cancel_scope.cancel()
+
+    def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
+        settings = self.settings
+        return open_consumer(
+            topic,
+            settings.channel,
+            settings.config,
+            nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+            lookupd_http_addresses=settings.lookupd_http_addresses,
+            limit=settings.total or None,
+        )
+
+    async def _drain(self, consumer: Consumer, sink: Sink) -> None:
+        async with trio.open_nursery() as nursery:
+            if sink.flush_interval is not None:
+                nursery.start_soon(_flush_every, sink, sink.flush_interval)
+            await self._deliver_all(consumer, sink)
+            await sink.flush()
+            nursery.cancel_scope.cancel()
+
+    async def _deliver_all(self, consumer: Consumer, sink: Sink) -> None:
+        def failed(delivery: Delivery) -> None:
+            # Not output: not part of -n, and the consumer may deliver them again.
+            self.budget.give_back(delivery.count)
+            consumer.give_back(delivery.count)
+            self.summary.failed += delivery.count
+
+        async for batch in consumer:
+            count = self._within_budget(batch)
+            if count:
+                delivery = Delivery(consumer.topic, batch, count, failed)
+                self.summary.delivered += count
+                try:
+                    await sink.accept(delivery)
+                except SinkClosed:
+                    delivery.failed(backoff=False)
+                    self.summary.sink_closed = True
+                    self.stop()
+                    return
+                except (OSError, NsqError) as error:
+                    log.warning("%s: %d messages requeued: %s", consumer.topic, count, error)
+                    delivery.failed()
+            if self.budget.spent:
+                self.stop()
+            elif consumer.is_starved():
+                await sink.flush()
+
+    def _within_budget(self, batch: Batch) -> int:
+        """How many of the batch's messages are still within -n; the rest go back at once."""
+        granted = self.budget.take(len(batch))
+        if granted < len(batch):
+            batch.requeue(batch.messages[granted:], delay=0, backoff=False)
+        return granted
+
+    def stop(self) -> None:
+        for consumer in self.consumers:
+            consumer.stop()
+
+    def _stop_on_signal(self) -> None:
+        self.stop()
+        self.drains.deadline = trio.current_time() + STOP_GRACE
+
+
+async def _flush_every(sink: Sink, interval: float) -> None:
+    while True:
+        await trio.sleep(interval)
+        await sink.flush()

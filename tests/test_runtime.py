@@ -1,0 +1,183 @@
+"""The runtime against a real nsqd: sinks that fail, hold, are slow or never settle, a
+signal during a flush, and the -n budget across topics.
+
+A message is FIN'd only when its sink settles it done; nsqd's channel stats (depth and
+in flight) are the proof of what became of each message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from typing import Any
+
+import trio
+
+from nsqtools.config import ClientConfig
+from nsqtools.runtime.consuming import ConsumeSettings, RunSummary, run_consumers
+from nsqtools.runtime.sinks import Delivery, Sink
+from nsqtools.testing import Nsqd, wait_until
+
+TOPIC = "runtime"
+CHANNEL = "tests"
+
+
+def settings(nsqd: Nsqd, topics: list[str] | None = None, **changes: Any) -> ConsumeSettings:
+    config = ClientConfig(max_in_flight=50, backoff_multiplier=0.01, default_requeue_delay=0.05)
+    return dataclasses.replace(
+        ConsumeSettings(
+            topics=topics or [TOPIC],
+            channel=CHANNEL,
+            config=config,
+            nsqd_tcp_addresses=[nsqd.tcp_address],
+        ),
+        **changes,
+    )
+
+
+def bodies(count: int, prefix: str = "m") -> list[bytes]:
+    return [f"{prefix}-{index}".encode() for index in range(count)]
+
+
+def channel_counts(nsqd: Nsqd, topic: str = TOPIC) -> tuple[int, int]:
+    """(depth, in flight) of the test channel."""
+    stats = nsqd.channel_stats(topic, CHANNEL)
+    return stats["depth"], stats["in_flight_count"]
+
+
+class Recorder:
+    """A sink that outputs into a list: settles done at once, or holds deliveries until
+    flushed; can fail the first deliveries it is given, or stop the run once it has
+    seen enough."""
+
+    def __init__(
+        self,
+        *,
+        hold: bool = False,
+        fail_first: int = 0,
+        flush_interval: float | None = None,
+        enough: int | None = None,
+    ) -> None:
+        self.hold = hold
+        self.fail_first = fail_first
+        self.flush_interval = flush_interval
+        self.enough = enough
+        self.done: list[bytes] = []  # bodies settled done, in order
+        self.held: list[Delivery] = []
+        self.flushes = 0
+        self.seen = 0
+        self.enough_seen = trio.Event()
+
+    async def accept(self, delivery: Delivery) -> None:
+        self.seen += delivery.count
+        if self.enough is not None and self.seen >= self.enough:
+            self.enough_seen.set()
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            raise OSError("No space left on device")
+        self.held.append(delivery)
+        if not self.hold:
+            await self.flush()
+
+    async def flush(self) -> None:
+        self.flushes += 1
+        held, self.held = self.held, []
+        for delivery in held:
+            self.done.extend(delivery.bodies)
+            delivery.done()
+
+
+async def run_until(sink: Sink, consume: ConsumeSettings, enough: trio.Event) -> RunSummary:
+    """Run the consumers into the sink until `enough` is set, then stop as a signal would."""
+    async with trio.open_nursery() as nursery:
+        summary: list[RunSummary] = []
+
+        async def run() -> None:
+            summary.append(await run_consumers(consume, lambda topic: sink))
+
+        nursery.start_soon(run)
+        with trio.fail_after(20):
+            await enough.wait()
+        signal.raise_signal(signal.SIGINT)
+    return summary[0]
+
+
+async def test_a_sink_that_fails_gets_the_messages_again(nsqd: Nsqd) -> None:
+    published = bodies(100)
+    nsqd.publish_many(TOPIC, published)
+    sink = Recorder(fail_first=2)
+    summary = await run_consumers(settings(nsqd, total=100), lambda topic: sink)
+    assert sorted(sink.done) == sorted(published)
+    assert summary.failed > 0  # requeued, then delivered again
+    await trio.to_thread.run_sync(
+        wait_until, lambda: channel_counts(nsqd) == (0, 0), 10, "every message FIN'd"
+    )
+
+
+async def test_held_messages_are_fin_d_only_when_flushed(nsqd: Nsqd) -> None:
+    """A sink that holds what it accepts (a file before its sync): nothing is FIN'd
+    until it flushes, which the runtime asks for when the consumer is starved."""
+    nsqd.publish_many(TOPIC, bodies(100))
+    sink = Recorder(hold=True)
+    config = ClientConfig(max_in_flight=100)
+    summary = await run_consumers(settings(nsqd, total=100, config=config), lambda topic: sink)
+    assert summary.delivered == 100
+    assert len(sink.done) == 100
+    assert sink.flushes >= 1
+
+
+async def test_a_sink_flushes_on_its_timer(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies(10))
+    sink = Recorder(hold=True, flush_interval=0.05, enough=10)
+    config = ClientConfig(max_in_flight=1000)  # never starved: only the timer flushes
+    consume = settings(nsqd, config=config)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_consumers, consume, lambda topic: sink)
+        await trio.to_thread.run_sync(
+            wait_until, lambda: channel_counts(nsqd) == (0, 0), 10, "the timer's flush"
+        )
+        assert len(sink.done) == 10
+        signal.raise_signal(signal.SIGINT)
+
+
+async def test_what_no_sink_settled_is_requeued_at_the_end(nsqd: Nsqd) -> None:
+    """A sink that never settles (its output never became durable): the stop requeues
+    every message at once, none is FIN'd, none waits for msg_timeout."""
+
+    class NeverSettles(Recorder):
+        async def flush(self) -> None:
+            self.flushes += 1
+
+    nsqd.publish_many(TOPIC, bodies(30))
+    sink = NeverSettles(hold=True, enough=30)
+    summary = await run_until(sink, settings(nsqd), sink.enough_seen)
+    assert summary.delivered == 30
+    assert channel_counts(nsqd) == (30, 0)
+
+
+async def test_a_signal_during_a_blocked_flush_stops_within_the_grace(nsqd: Nsqd) -> None:
+    """The first SIGINT while a sink's flush hangs (a full pipe, a stuck disk): the run
+    ends after the stop grace, and what the sink held goes back to nsqd."""
+    flushing = trio.Event()
+
+    class StuckFlush(Recorder):
+        async def flush(self) -> None:
+            flushing.set()
+            await trio.sleep_forever()
+
+    nsqd.publish_many(TOPIC, bodies(20))
+    sink = StuckFlush(hold=True)
+    config = ClientConfig(max_in_flight=20)  # starved after one batch: a flush
+    with trio.fail_after(10):
+        await run_until(sink, settings(nsqd, config=config), flushing)
+    assert channel_counts(nsqd) == (20, 0)
+
+
+async def test_the_budget_counts_across_topics(nsqd: Nsqd) -> None:
+    for topic in ("a", "b"):
+        nsqd.publish_many(topic, bodies(50, topic))
+    sink = Recorder()
+    summary = await run_consumers(settings(nsqd, topics=["a", "b"], total=60), lambda t: sink)
+    assert summary.delivered == len(sink.done) == 60
+    depths = [channel_counts(nsqd, topic)[0] for topic in ("a", "b")]
+    assert sum(depths) == 40  # the rest, requeued at once
