@@ -6,13 +6,18 @@ teardown, whatever the test's outcome. A missing nsqd fails the test; it never s
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from nsqtools.config import ClientConfig
+from nsqtools.consumer import open_consumer
 from nsqtools.testing import Nsqd, Nsqlookupd, NsqProcess, TlsFiles, run_go_tool
 from nsqtools.testing.authd import AuthService
 
@@ -129,3 +134,39 @@ def auth_nsqd(local_nsq: LocalNsq, auth_service: AuthService) -> Nsqd:
 def go_tool() -> Callable[..., Any]:
     """Runs a Go reference utility (nsq_tail, to_nsq, ...) to completion."""
     return run_go_tool
+
+
+# nsqd that loses nothing when killed: every message on disk, synced, as it comes.
+DURABLE = ["--mem-queue-size=0", "--sync-every=1"]
+
+
+@pytest.fixture
+def durable_nsq() -> Iterator[LocalNsq]:
+    """NSQ processes whose data lives in memory (/dev/shm): nsqd's fsync per message
+    (DURABLE) costs ~0.06 ms there instead of ~0.7 ms on this disk, and a SIGKILL of nsqd
+    loses nothing either way (the page cache outlives the process)."""
+    root = Path(tempfile.mkdtemp(prefix="nsqtools-", dir="/dev/shm"))
+    local = LocalNsq(root)
+    try:
+        yield local
+    finally:
+        local.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def not_in_nsqd(nsqd: Nsqd, topic: str, wanted: set[bytes]) -> set[bytes]:
+    """Which of the wanted bodies the topic does not hold, read with our consumer until
+    each is seen (or two minutes pass). Reading by nsqd's depth would not do: after a
+    crash nsqd keeps a message whose metadata it had not synced, and does not count it."""
+    missing = set(wanted)
+    config = ClientConfig(max_in_flight=2500)
+    with trio.move_on_after(120):
+        async with open_consumer(
+            topic, "check", config, nsqd_tcp_addresses=[nsqd.tcp_address]
+        ) as consumer:
+            async for batch in consumer:
+                missing.difference_update(batch.bodies)
+                batch.finish()
+                if not missing:
+                    break
+    return missing

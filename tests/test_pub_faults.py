@@ -10,28 +10,21 @@ from __future__ import annotations
 
 import array
 import fcntl
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import termios
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-import pytest
 import trio
 
-from nsqtools.config import ClientConfig
-from nsqtools.consumer import open_consumer
 from nsqtools.testing import LinkProxy, Nsqd, run_go_tool, wait_until
-from tests.conftest import LocalNsq
+from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
 
 TOOL = str(Path(sys.executable).parent / "to_nsq")
-# nsqd that loses nothing when killed: every message on disk, synced, as it comes.
-DURABLE = ["--mem-queue-size=0", "--sync-every=1"]
 
 
 def records(start: int, stop: int, width: int = 99) -> bytes:
@@ -50,38 +43,6 @@ def depth(nsqd: Nsqd, topic: str) -> int:
         return nsqd.topic_depth(topic)
     except KeyError:  # not created yet
         return 0
-
-
-async def not_in_nsqd(nsqd: Nsqd, topic: str, wanted: set[bytes]) -> set[bytes]:
-    """Which of the wanted bodies the topic does not hold, read with our consumer until
-    each is seen (or two minutes pass). Reading by nsqd's depth would not do: after a
-    crash nsqd keeps a message whose metadata it had not synced, and does not count it."""
-    missing = set(wanted)
-    config = ClientConfig(max_in_flight=2500)
-    with trio.move_on_after(120):
-        async with open_consumer(
-            topic, "check", config, nsqd_tcp_addresses=[nsqd.tcp_address]
-        ) as consumer:
-            async for batch in consumer:
-                missing.difference_update(batch.bodies)
-                batch.finish()
-                if not missing:
-                    break
-    return missing
-
-
-@pytest.fixture
-def durable_nsq() -> Iterator[LocalNsq]:
-    """NSQ processes whose data lives in memory (/dev/shm): nsqd's fsync per message
-    (DURABLE) costs ~0.06 ms there instead of ~0.7 ms on this disk, and a SIGKILL of nsqd
-    loses nothing either way (the page cache outlives the process)."""
-    root = Path(tempfile.mkdtemp(prefix="nsqtools-", dir="/dev/shm"))
-    local = LocalNsq(root)
-    try:
-        yield local
-    finally:
-        local.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- a slow link, a frozen nsqd -------------------------------------------------------

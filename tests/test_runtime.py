@@ -15,8 +15,10 @@ import trio
 
 from nsqtools.config import ClientConfig
 from nsqtools.runtime.consuming import ConsumeSettings, RunSummary, run_consumers
+from nsqtools.runtime.relay import PublishSink
 from nsqtools.runtime.sinks import Delivery, Sink
 from nsqtools.testing import Nsqd, wait_until
+from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
 
 TOPIC = "runtime"
 CHANNEL = "tests"
@@ -181,3 +183,35 @@ async def test_the_budget_counts_across_topics(nsqd: Nsqd) -> None:
     assert summary.delivered == len(sink.done) == 60
     depths = [channel_counts(nsqd, topic)[0] for topic in ("a", "b")]
     assert sum(depths) == 40  # the rest, requeued at once
+
+
+async def test_a_relay_fins_only_what_its_destination_took(
+    nsqd: Nsqd, durable_nsq: LocalNsq
+) -> None:
+    """Consume from one nsqd, publish to another with many publishes in flight, kill
+    the destination mid-stream and start it again: every source message is FIN'd (the
+    source channel drains) and every one is at the destination at least once."""
+    count = 20_000
+    published = bodies(count)
+    nsqd.publish_many(TOPIC, published)
+    destination = durable_nsq.nsqd("destination", extra_args=DURABLE)
+    consume = settings(nsqd, config=ClientConfig(max_in_flight=500))
+
+    def reached(mark: int) -> bool:
+        try:
+            return destination.topic_depth("relayed") >= mark
+        except KeyError:
+            return False
+
+    sink = PublishSink([destination.tcp_address], "relayed")
+    async with sink, trio.open_nursery() as nursery:
+        nursery.start_soon(run_consumers, consume, lambda topic: sink)
+        await trio.to_thread.run_sync(wait_until, lambda: reached(5000), 60, "5000 relayed")
+        # On this thread: nsqd dies with the thread that started it.
+        destination.kill()
+        destination.start()
+        await trio.to_thread.run_sync(
+            wait_until, lambda: channel_counts(nsqd) == (0, 0), 120, "the source drained"
+        )
+        signal.raise_signal(signal.SIGINT)
+    assert await not_in_nsqd(destination, "relayed", set(published)) == set()
