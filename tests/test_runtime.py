@@ -215,3 +215,22 @@ async def test_a_relay_fins_only_what_its_destination_took(
         )
         signal.raise_signal(signal.SIGINT)
     assert await not_in_nsqd(destination, "relayed", set(published)) == set()
+
+
+async def test_a_topic_that_appears_while_running_is_consumed(nsqd: Nsqd) -> None:
+    nsqd.publish_many("first", [b"one"])
+    sink = Recorder(enough=2)
+
+    async def find_topics() -> list[str]:
+        stats = await trio.to_thread.run_sync(nsqd.stats)
+        return [topic["topic_name"] for topic in stats.get("topics") or []]
+
+    consume = settings(nsqd, topics=["first"], topic_refresh=0.05)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_consumers, consume, lambda topic: sink, find_topics)
+        await trio.to_thread.run_sync(wait_until, lambda: sink.done == [b"one"], 10, "one")
+        nsqd.publish_many("appeared", [b"two"])
+        with trio.fail_after(10):
+            await sink.enough_seen.wait()
+        signal.raise_signal(signal.SIGINT)
+    assert sink.done == [b"one", b"two"]

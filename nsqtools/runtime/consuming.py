@@ -1,6 +1,7 @@
 """Consumers for several topics, each feeding its own sink, until stopped.
 
-run_consumers() opens a consumer per topic and, for each batch: keeps it within the -n
+run_consumers() opens a consumer per topic (and for topics that appear later, when given
+a way to find them) and, for each batch: keeps it within the -n
 budget shared by all topics (what is past it goes back at once), hands it to the
 topic's sink as a Delivery, and flushes the sink when the consumer is starved (nsqd
 sends nothing more until messages are answered) and every sink.flush_interval. The
@@ -12,8 +13,8 @@ stop. A sink failure requeues the delivery with backoff and the run goes on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 import trio
@@ -25,6 +26,10 @@ from nsqtools.runtime.signals import watch_signals
 from nsqtools.runtime.sinks import Delivery, Sink, SinkClosed
 
 log = logging.getLogger("nsqtools.runtime")
+
+# Where topics that appear later come from: the names that exist now (for example
+# lookupd's topics that match a pattern).
+TopicFinder = Callable[[], Awaitable[Sequence[str]]]
 
 # After the first SIGINT/SIGTERM, how long a sink may still take to output what it holds
 # before it is abandoned and its messages requeued. Long enough for an output that is
@@ -43,6 +48,7 @@ class ConsumeSettings:
     nsqd_tcp_addresses: list[str] = field(default_factory=list)
     lookupd_http_addresses: list[str] = field(default_factory=list)
     total: int = 0  # -n across all topics (0: no limit)
+    topic_refresh: float = 60.0  # seconds between looks for new topics (with a finder)
 
 
 @dataclass
@@ -77,35 +83,75 @@ class Budget:
         return self.left == 0
 
 
-async def run_consumers(settings: ConsumeSettings, sink_for: Callable[[str], Sink]) -> RunSummary:
-    """Consume every topic into the sink sink_for(topic) gives, until stopped."""
-    run = _Run(settings, sink_for)
+async def run_consumers(
+    settings: ConsumeSettings,
+    sink_for: Callable[[str], Sink],
+    find_topics: TopicFinder | None = None,
+) -> RunSummary:
+    """Consume every topic into the sink sink_for(topic) gives, until stopped.
+
+    With find_topics, the topics it returns (polled every settings.topic_refresh) are
+    consumed too as they appear: topics created while the run goes on."""
+    run = _Run(settings, sink_for, find_topics)
     await run.run()
     return run.summary
 
 
 class _Run:
-    def __init__(self, settings: ConsumeSettings, sink_for: Callable[[str], Sink]) -> None:
+    def __init__(
+        self,
+        settings: ConsumeSettings,
+        sink_for: Callable[[str], Sink],
+        find_topics: TopicFinder | None,
+    ) -> None:
         self.settings = settings
-        self.sinks = {topic: sink_for(topic) for topic in settings.topics}
+        self.sink_for = sink_for
+        self.find_topics = find_topics
         self.budget = Budget(settings.total)
         self.summary = RunSummary()
-        self.consumers: list[Consumer] = []
-        self.drains = trio.CancelScope()  # the per-topic loops; a stop gives them a grace
+        self.consumers: dict[str, Consumer] = {}
+        self.stopped = trio.Event()
+        self.drains: list[trio.CancelScope] = []  # a stop gives each a grace, then cancels
 
     async def run(self) -> None:
-        async with AsyncExitStack() as stack:
-            for topic in self.settings.topics:
-                self.consumers.append(await stack.enter_async_context(self._open(topic)))
-            # Consumers close after this nursery, outside its cancelled scope, so their
-            # connections are still alive to requeue what no sink settled.
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch_signals, self._stop_on_signal)
-                with self.drains:
-                    async with trio.open_nursery() as drains:
-                        for consumer in self.consumers:
-                            drains.start_soon(self._drain, consumer, self.sinks[consumer.topic])
-                nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_signals, self._stop_on_signal)
+            async with trio.open_nursery() as topics:
+                for topic in self.settings.topics:
+                    # One at a time: a refused address or a TLS failure raises here.
+                    await topics.start(self._consume, topic)
+                if self.find_topics is not None:
+                    topics.start_soon(self._follow_new_topics, topics, self.find_topics)
+            nursery.cancel_scope.cancel()
+
+    async def _consume(self, topic: str, *, task_status: trio.TaskStatus[None]) -> None:
+        # The consumer closes outside the drain's scope, which a stop may cancel: its
+        # connections are still alive then to requeue what no sink settled.
+        async with self._open(topic) as consumer:
+            self.consumers[topic] = consumer
+            if self.stopped.is_set():
+                consumer.stop()
+            task_status.started()
+            with trio.CancelScope() as drain:
+                self.drains.append(drain)
+                await self._drain(consumer, self.sink_for(topic))
+
+    async def _follow_new_topics(self, topics: trio.Nursery, find_topics: TopicFinder) -> None:
+        interval = self.settings.topic_refresh
+        while True:
+            with trio.move_on_after(interval):
+                await self.stopped.wait()
+            if self.stopped.is_set():
+                return
+            try:
+                found = await find_topics()
+            except (OSError, NsqError) as error:
+                log.warning("looking for new topics: %s", error)
+                continue
+            for topic in found:
+                if topic not in self.consumers and not self.stopped.is_set():
+                    log.info("new topic %s: consuming it", topic)
+                    await topics.start(self._consume, topic)
 
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
         settings = self.settings
@@ -161,12 +207,14 @@ class _Run:
         return granted
 
     def stop(self) -> None:
-        for consumer in self.consumers:
+        self.stopped.set()
+        for consumer in self.consumers.values():
             consumer.stop()
 
     def _stop_on_signal(self) -> None:
         self.stop()
-        self.drains.deadline = trio.current_time() + STOP_GRACE
+        for drain in self.drains:
+            drain.deadline = trio.current_time() + STOP_GRACE
 
 
 async def _flush_every(sink: Sink, interval: float) -> None:
