@@ -1,10 +1,12 @@
-"""Issue 4's consumer measure: drain N 100-byte messages, side by side on one nsqd.
+"""Issues 4 and 9's consumer measures: drain N 100-byte messages, side by side on one nsqd.
 
 Contenders, each on its own channel of the same topic (so each sees all N messages):
   - go:   the Go nsq_tail (go-nsq) with -n N, stdout to /dev/null (wall time of the process);
   - ours: nsqtools.consumer in this process, bodies written to /dev/null, every message FIN'd;
   - bare: a minimal blocking-socket loop with no library (SUB, RDY, parse, FIN): the ceiling
-    of what nsqd delivers here to a Python consumer that does nothing else.
+    of what nsqd delivers here to a Python consumer that does nothing else;
+  - tail: our nsq_tail program with -n N, stdout to /dev/null: the runtime and the command
+    on top of the library (issue 9: at least 0.9 of ours).
 All use max_in_flight 200 (nsq_tail's default) unless --max-in-flight says otherwise.
 
     .venv/bin/python bench/consume.py [--messages N] [--runs R] [--max-in-flight M]
@@ -19,6 +21,7 @@ import socket
 import statistics
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,6 +36,7 @@ from nsqtools.testing import Nsqd, find_binary
 
 TOPIC = "bench"
 BODY_SIZE = 100
+TAIL = str(Path(sys.executable).parent / "nsq_tail")
 
 
 def fill(nsqd: Nsqd, channels: list[str], count: int) -> None:
@@ -43,8 +47,17 @@ def fill(nsqd: Nsqd, channels: list[str], count: int) -> None:
 
 
 def run_go(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    return run_tail(str(find_binary("nsq_tail")), nsqd, channel, count, max_in_flight)
+
+
+def run_tail_ours(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    return run_tail(TAIL, nsqd, channel, count, max_in_flight)
+
+
+def run_tail(tool: str, nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    """Wall time of an nsq_tail process draining `count` messages to /dev/null."""
     argv = [
-        str(find_binary("nsq_tail")),
+        tool,
         f"--nsqd-tcp-address={nsqd.tcp_address}",
         f"--topic={TOPIC}",
         f"--channel={channel}",
@@ -108,6 +121,7 @@ CONTENDERS: dict[str, Callable[[Nsqd, str, int, int], float]] = {
     "go": run_go,
     "ours": run_ours,
     "bare": run_bare,
+    "tail": run_tail_ours,
 }
 
 
@@ -142,7 +156,8 @@ def main() -> None:
     )
     print(
         f"ours/go = {medians['ours'] / medians['go']:.2f}x (target 4x); "
-        f"ours/bare = {medians['ours'] / medians['bare']:.2f} of the bare-socket ceiling"
+        f"ours/bare = {medians['ours'] / medians['bare']:.2f} of the bare-socket ceiling "
+        f"(target 0.85); tail/ours = {medians['tail'] / medians['ours']:.2f} (target 0.9)"
     )
 
 
