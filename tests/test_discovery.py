@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import astuple
 from typing import Any, TypeVar
 
 import httpx
@@ -21,6 +22,7 @@ from nsqtools.discovery import (
     nodes,
     topics,
 )
+from nsqtools.httpapi.lookupd import RegisteredNsqd
 from nsqtools.testing import Nsqd, Nsqlookupd, TlsFiles
 from nsqtools.testing.httpserver import Reply
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
@@ -206,7 +208,7 @@ async def test_old_wrapped_answers_are_unwrapped(
     assert await lookup(client, fake.address, "t") == [OLD_NODE]
     assert await topics(client, fake.address) == ["t"]
     assert await channels(client, fake.address, "t") == ["c"]
-    assert await nodes(client, fake.address) == [OLD_NODE]
+    assert await nodes(client, fake.address) == [RegisteredNsqd(*astuple(OLD_NODE))]
 
 
 async def test_old_topic_not_found_means_no_producers(
