@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import astuple
 from typing import Any, TypeVar
 
@@ -69,7 +69,7 @@ async def producers_of(
     )
 
 
-def tcp_addresses(found: list[NsqdNode]) -> set[str]:
+def tcp_addresses(found: Sequence[NsqdNode]) -> set[str]:
     return {node.tcp_address for node in found}
 
 
