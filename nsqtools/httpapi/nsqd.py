@@ -44,7 +44,10 @@ class Percentile:
 
 @dataclass(frozen=True)
 class E2eLatency:
-    """End-to-end processing latency, when nsqd runs with --e2e-processing-latency-percentile."""
+    """End-to-end processing latency, when nsqd runs with --e2e-processing-latency-percentile.
+
+    `count` is how many messages were measured in the window, which may be none yet.
+    """
 
     count: int
     percentiles: tuple[Percentile, ...]
@@ -279,7 +282,8 @@ def _client(data: Any) -> ClientStats:
 
 
 def _latency(data: Any) -> E2eLatency | None:
-    """The e2e latency of a topic or channel; None when nsqd reports none."""
+    """The e2e latency of a topic or channel; None unless nsqd was told which percentiles
+    to track (it then reports no percentiles, as `null` or not at all)."""
     latency = member(data, "e2e_processing_latency")
     if latency is None:
         return None
@@ -287,4 +291,6 @@ def _latency(data: Any) -> E2eLatency | None:
         Percentile(quantile=number(entry, "quantile"), value=number(entry, "value"))
         for entry in array(latency, "percentiles")
     )
+    if not percentiles:
+        return None
     return E2eLatency(count=typed(latency, "count", int), percentiles=percentiles)
