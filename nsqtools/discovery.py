@@ -27,7 +27,16 @@ T = TypeVar("T")
 # Discovery's failures are the HTTP client's; the name says where they come from.
 DiscoveryError = HttpApiError
 
-__all__ = ["DiscoveryError", "NsqdNode", "channels", "lookup", "lookup_all", "nodes", "topics"]
+__all__ = [
+    "DiscoveryError",
+    "NsqdNode",
+    "channels",
+    "lookup",
+    "lookup_all",
+    "lookup_topics_all",
+    "nodes",
+    "topics",
+]
 
 
 async def lookup(client: httpx.AsyncClient, address: str, topic: str) -> list[NsqdNode]:

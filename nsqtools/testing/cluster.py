@@ -8,6 +8,9 @@ No process outlives its owner: stop() is safe twice, an atexit hook kills whatev
 left, and on Linux each child gets PR_SET_PDEATHSIG so even a SIGKILL'd test run takes
 its nsqds with it. Start processes from a long-lived thread: the death signal fires
 when the thread that forked the child exits.
+
+Their HTTP APIs (stats, publishing, admin, lookups) are asked through nsqtools.httpapi's
+synchronous send_sync, so the harness reads answers exactly as the tools do.
 """
 
 from __future__ import annotations
