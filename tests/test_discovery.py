@@ -137,8 +137,7 @@ async def test_topics_channels_and_nodes(
     lookupd, nsqd = cluster.lookupd.http_address, cluster.nsqd
     nsqd.publish("beta", b"x")
     nsqd.publish("alpha", b"x")
-    create = f"http://{nsqd.http_address}/channel/create"
-    httpx.post(create, params={"topic": "alpha", "channel": "archive"}).raise_for_status()
+    nsqd.create_channels("alpha", "archive")
     other_lookupd = local_nsq.lookupd("other")
     local_nsq.nsqd("other-nsqd", lookupds=[other_lookupd]).publish("gamma", b"x")
 
