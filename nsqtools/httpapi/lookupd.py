@@ -75,9 +75,7 @@ def channels(address: str, topic: str) -> Call[list[str]]:
 
 def nodes(address: str) -> Call[list[RegisteredNsqd]]:
     """Every nsqd registered with the lookupd."""
-    return _get(
-        address, "/nodes", lambda data: [_registered(node) for node in array(data, "producers")]
-    )
+    return _get(address, "/nodes", _registered_nodes)
 
 
 def create_topic(address: str, topic: str) -> Call[None]:
