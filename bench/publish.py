@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import trio
 
 from nsqtools.producer import Producer
@@ -83,8 +82,7 @@ def measure(
     depth = nsqd.topic_depth(topic)
     if depth != count:
         raise RuntimeError(f"topic {topic} has depth {depth}, expected {count}")
-    response = httpx.post(f"http://{nsqd.http_address}/topic/delete", params={"topic": topic})
-    response.raise_for_status()
+    nsqd.delete_topic(topic)
     return count / elapsed
 
 

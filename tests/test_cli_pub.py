@@ -86,7 +86,7 @@ def test_defer_publishes_deferred(nsqd: Nsqd) -> None:
     )
     assert result.returncode == 0, result.stderr
     stats = nsqd.channel_stats("later", "c")
-    assert (stats["deferred_count"], stats["depth"]) == (2, 0)
+    assert (stats.deferred_count, stats.depth) == (2, 0)
 
 
 def test_rate_publishes_everything(nsqd: Nsqd) -> None:

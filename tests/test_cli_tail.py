@@ -34,7 +34,7 @@ def go_nsq_tail(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 def channel_counts(nsqd: Nsqd, topic: str, channel: str) -> tuple[int, int]:
     stats = nsqd.channel_stats(topic, channel)
-    return stats["depth"], stats["in_flight_count"]
+    return stats.depth, stats.in_flight_count
 
 
 def test_raw_output_is_byte_identical_to_go(nsqd: Nsqd) -> None:
@@ -147,9 +147,9 @@ def test_sigint_with_stdout_blocked_exits_and_requeues_at_once(nsqd: Nsqd) -> No
         _, stderr = process.communicate(timeout=5)  # the grace, CLS and the requeue
         assert process.returncode == 0, stderr
         stats = nsqd.channel_stats(TOPIC, "blocked")  # nsqd's msg_timeout is 60s
-        assert (stats["in_flight_count"], stats["timeout_count"]) == (0, 0)
+        assert (stats.in_flight_count, stats.timeout_count) == (0, 0)
         written = read_all(read_end).split(b"\n")[:-1]  # the last may be cut short
-        assert stats["depth"] + len(written) >= total  # what was not written went back
+        assert stats.depth + len(written) >= total  # what was not written went back
     finally:
         process.kill()  # if it did not stop: a failed test leaves nothing running
         process.wait()

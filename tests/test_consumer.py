@@ -18,6 +18,7 @@ import trio
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import AuthError, ConnectError
+from nsqtools.httpapi.nsqd import ChannelStats, ClientStats
 from nsqtools.protocol import Message
 from nsqtools.testing import Nsqd
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd, lookup_answer, producer
@@ -43,13 +44,13 @@ async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10
     assert condition(), what
 
 
-def channel(nsqd: Nsqd) -> dict[str, Any]:
+def channel(nsqd: Nsqd) -> ChannelStats:
     return nsqd.channel_stats(TOPIC, CHANNEL)
 
 
 def drained(nsqd: Nsqd) -> bool:
     stats = channel(nsqd)
-    return bool(stats["depth"] == 0 and stats["in_flight_count"] == 0)
+    return stats.depth == 0 and stats.in_flight_count == 0
 
 
 async def consume(consumer: Consumer, count: int) -> list[tuple[str, bytes]]:
@@ -119,7 +120,7 @@ async def test_ready_never_exceeds_max_in_flight_in_total(cluster2: Cluster) -> 
         await consume(consumer, 2)  # after a message each, both connections have full shares
 
         def ready_counts() -> list[int]:
-            return [channel(nsqd)["clients"][0]["ready_count"] for nsqd in cluster2.nsqds]
+            return [channel(nsqd).clients[0].ready_count for nsqd in cluster2.nsqds]
 
         await wait_for(lambda: sorted(ready_counts()) == [3, 4], "RDY spread as 3 + 4")
 
@@ -188,15 +189,15 @@ async def test_an_nsqd_given_twice_is_connected_once(
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=addresses) as consumer:
         seen = await consume(consumer, 300)
         await wait_for(functools.partial(drained, nsqd), "every message FIN'd")
-        assert len(channel(nsqd)["clients"]) == 1
+        assert len(channel(nsqd).clients) == 1
     assert sorted(body for _, body in seen) == sorted(published)
     assert "E_FIN_FAILED" not in caplog.text
 
 
 def ready(nsqd: Nsqd) -> int:
     """The RDY count of the channel's only client (-1 while it has none)."""
-    clients = channel(nsqd)["clients"]
-    return int(clients[0]["ready_count"]) if clients else -1
+    clients = channel(nsqd).clients
+    return clients[0].ready_count if clients else -1
 
 
 async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
@@ -266,10 +267,10 @@ async def test_stop_requeues_at_once_what_was_not_answered(nsqd: Nsqd) -> None:
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
         batch = await anext(aiter(consumer))  # taken, never answered
         assert batch.messages
-        await wait_for(lambda: channel(nsqd)["in_flight_count"] > 0, "messages in flight")
+        await wait_for(lambda: channel(nsqd).in_flight_count > 0, "messages in flight")
     # nsqd's msg_timeout is 60s: a depth back at 100 within seconds means REQ 0 was sent.
-    await wait_for(lambda: channel(nsqd)["depth"] == 100, "depth back to 100", timeout=5)
-    assert channel(nsqd)["in_flight_count"] == 0
+    await wait_for(lambda: channel(nsqd).depth == 100, "depth back to 100", timeout=5)
+    assert channel(nsqd).in_flight_count == 0
 
 
 async def test_limit_delivers_exactly_n_and_requeues_the_rest(nsqd: Nsqd) -> None:
@@ -285,8 +286,8 @@ async def test_limit_delivers_exactly_n_and_requeues_the_rest(nsqd: Nsqd) -> Non
                 delivered += [message.body for message in batch.messages]
                 batch.finish()
     assert len(delivered) == 5
-    await wait_for(lambda: channel(nsqd)["depth"] == 95, "the other 95 back", timeout=5)
-    assert channel(nsqd)["in_flight_count"] == 0
+    await wait_for(lambda: channel(nsqd).depth == 95, "the other 95 back", timeout=5)
+    assert channel(nsqd).in_flight_count == 0
 
 
 async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
@@ -301,7 +302,7 @@ async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
         with trio.fail_after(10):
             while not consumer.is_starved():
                 await trio.sleep(0.01)
-        assert channel(nsqd)["in_flight_count"] == 10
+        assert channel(nsqd).in_flight_count == 10
         while sum(len(batch.messages) for batch in taken) < 10:
             taken.append(await anext(batches))
         for batch in taken:
@@ -316,8 +317,8 @@ async def test_a_list_as_long_as_the_batch_answers_only_the_messages_in_it(
     """[m0, m0] on a batch of two answers m0 once; m1 stays in flight until answered."""
     address = [nsqd.tcp_address]
 
-    def client() -> dict[str, Any]:
-        return dict(channel(nsqd)["clients"][0])
+    def client() -> ClientStats:
+        return channel(nsqd).clients[0]
 
     async with open_consumer(
         TOPIC, CHANNEL, make_config(max_in_flight=2), nsqd_tcp_addresses=address
@@ -325,20 +326,20 @@ async def test_a_list_as_long_as_the_batch_answers_only_the_messages_in_it(
         batches = aiter(consumer)
         nsqd.publish(TOPIC, b"warm-up")
         (await anext(batches)).finish()  # a connection's RDY is 1 until its first message
-        await wait_for(lambda: client()["ready_count"] == 2, "RDY 2")
+        await wait_for(lambda: client().ready_count == 2, "RDY 2")
         await trio.to_thread.run_sync(nsqd.publish_many, TOPIC, [b"m0", b"m1"])
         with trio.fail_after(10):
             batch = await anext(batches)
         assert [message.body for message in batch.messages] == [b"m0", b"m1"]
         m0 = batch.messages[0]
         getattr(batch, answer)([m0, m0])
-        await wait_for(lambda: client()["in_flight_count"] < 2, "m0 answered")
-        assert client()["in_flight_count"] == 1, "m1 still in flight"
+        await wait_for(lambda: client().in_flight_count < 2, "m0 answered")
+        assert client().in_flight_count == 1, "m1 still in flight"
         with pytest.raises(ValueError, match="only its own"):
             batch.finish([Message(b"0" * 16, 0, 1, b"from elsewhere")])
         batch.finish()  # the rest: m1 alone
-        await wait_for(lambda: client()["in_flight_count"] == 0, "m1 finished")
-        assert client()["finish_count"] == (3 if answer == "finish" else 2)
+        await wait_for(lambda: client().in_flight_count == 0, "m1 finished")
+        assert client().finish_count == (3 if answer == "finish" else 2)
     assert "FAILED" not in caplog.text
 
 
@@ -434,12 +435,12 @@ async def test_touch_keeps_a_slow_message_from_timing_out(nsqd: Nsqd) -> None:
             batch.touch()
         batch.finish()
     await wait_for(lambda: drained(nsqd), "finished")
-    assert channel(nsqd)["timeout_count"] == 0
+    assert channel(nsqd).timeout_count == 0
 
 
 async def test_sample_rate_reaches_nsqd(nsqd: Nsqd) -> None:
     nsqd.create_channels(TOPIC, CHANNEL)
     config = make_config(sample_rate=37)
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]):
-        await wait_for(lambda: bool(channel(nsqd)["clients"]), "subscribed")
-        assert channel(nsqd)["clients"][0]["sample_rate"] == 37
+        await wait_for(lambda: bool(channel(nsqd).clients), "subscribed")
+        assert channel(nsqd).clients[0].sample_rate == 37

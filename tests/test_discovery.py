@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import astuple
 from typing import Any, TypeVar
 
 import httpx
@@ -21,6 +22,7 @@ from nsqtools.discovery import (
     nodes,
     topics,
 )
+from nsqtools.httpapi.lookupd import RegisteredNsqd
 from nsqtools.testing import Nsqd, Nsqlookupd, TlsFiles
 from nsqtools.testing.httpserver import Reply
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
@@ -67,7 +69,7 @@ async def producers_of(
     )
 
 
-def tcp_addresses(found: list[NsqdNode]) -> set[str]:
+def tcp_addresses(found: Sequence[NsqdNode]) -> set[str]:
     return {node.tcp_address for node in found}
 
 
@@ -135,8 +137,7 @@ async def test_topics_channels_and_nodes(
     lookupd, nsqd = cluster.lookupd.http_address, cluster.nsqd
     nsqd.publish("beta", b"x")
     nsqd.publish("alpha", b"x")
-    create = f"http://{nsqd.http_address}/channel/create"
-    httpx.post(create, params={"topic": "alpha", "channel": "archive"}).raise_for_status()
+    nsqd.create_channels("alpha", "archive")
     other_lookupd = local_nsq.lookupd("other")
     local_nsq.nsqd("other-nsqd", lookupds=[other_lookupd]).publish("gamma", b"x")
 
@@ -206,7 +207,7 @@ async def test_old_wrapped_answers_are_unwrapped(
     assert await lookup(client, fake.address, "t") == [OLD_NODE]
     assert await topics(client, fake.address) == ["t"]
     assert await channels(client, fake.address, "t") == ["c"]
-    assert await nodes(client, fake.address) == [OLD_NODE]
+    assert await nodes(client, fake.address) == [RegisteredNsqd(*astuple(OLD_NODE))]
 
 
 async def test_old_topic_not_found_means_no_producers(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import Any
 
 import pytest
 import trio
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from nsqtools.errors import ConnectError, NsqErrorResponse
 from nsqtools.hostpolicy import MODES, EpsilonGreedy, HostPool, RoundRobin
+from nsqtools.httpapi.nsqd import ChannelStats
 from nsqtools.producer import Outcome, Producer, cut_points
 from nsqtools.protocol import LocalProtocolError
 from nsqtools.testing import Nsqd, run_go_tool
@@ -44,11 +44,10 @@ def outcomes(producer: Producer) -> tuple[int, int, dict[str, int]]:
     return producer.acknowledged, producer.failed, dict(producer.failure_reasons)
 
 
-def channel_stats(nsqd: Nsqd, topic: str, channel: str) -> dict[str, Any]:
-    (topic_stats,) = nsqd.stats(topic=topic, channel=channel)["topics"]
-    (stats,) = topic_stats["channels"]
-    result: dict[str, Any] = stats
-    return result
+def channel_stats(nsqd: Nsqd, topic: str, channel: str) -> ChannelStats:
+    (topic_stats,) = nsqd.stats(topic=topic, channel=channel).topics
+    (stats,) = topic_stats.channels
+    return stats
 
 
 # -- the awaited calls ------------------------------------------------------------------
@@ -72,7 +71,7 @@ async def test_publish_many_arrives_in_order(nsqd: Nsqd) -> None:
 async def test_publish_many_of_nothing_sends_nothing(nsqd: Nsqd) -> None:
     async with Producer(nsqd.tcp_address) as producer:
         await producer.publish_many(TOPIC, [])
-    assert nsqd.stats()["topics"] == []
+    assert nsqd.stats().topics == ()
     assert outcomes(producer) == (0, 0, {})
 
 
@@ -81,7 +80,7 @@ async def test_publish_deferred_is_held_back_by_nsqd(nsqd: Nsqd) -> None:
     async with Producer(nsqd.tcp_address) as producer:
         await producer.publish_deferred(TOPIC, b"later", 3600)
     stats = channel_stats(nsqd, TOPIC, "held")
-    assert (stats["deferred_count"], stats["depth"]) == (1, 0)
+    assert (stats.deferred_count, stats.depth) == (1, 0)
 
 
 async def test_a_deferral_over_nsqds_limit_is_its_error_answer(nsqd: Nsqd) -> None:
@@ -128,7 +127,7 @@ async def test_a_bad_topic_name_is_refused_before_sending(nsqd: Nsqd) -> None:
             await producer.publish("bad!topic", b"x")
         with pytest.raises(LocalProtocolError, match="topic"):
             await producer.put("bad!topic", b"x")
-    assert nsqd.stats()["topics"] == []
+    assert nsqd.stats().topics == ()
 
 
 # -- limits -----------------------------------------------------------------------------
@@ -214,7 +213,7 @@ async def test_a_batch_over_a_known_body_limit_is_cut_before_it_is_sent(
 
 def publishers(nsqd: Nsqd) -> list[str]:
     """Where nsqd's publishing clients connect from: a new connection, a new port."""
-    return sorted(client["remote_address"] for client in nsqd.stats().get("producers") or [])
+    return sorted(client.remote_address for client in nsqd.stats().producers)
 
 
 async def test_an_nsqd_with_larger_limits_takes_what_the_defaults_would_cut(
@@ -571,7 +570,7 @@ async def test_deferred_puts_are_held_back_by_nsqd(nsqd: Nsqd) -> None:
         await producer.flush()
         assert outcomes(producer) == (4, 0, {})
     stats = channel_stats(nsqd, TOPIC, "held")
-    assert (stats["deferred_count"], stats["depth"]) == (4, 0)
+    assert (stats.deferred_count, stats.depth) == (4, 0)
 
 
 async def test_a_negative_delay_is_refused_before_queueing(nsqd: Nsqd) -> None:

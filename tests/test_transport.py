@@ -19,6 +19,7 @@ import trio
 
 from nsqtools.config import ClientConfig
 from nsqtools.errors import AuthError, ConnectError, ConnectionClosed, NsqErrorResponse, TlsError
+from nsqtools.httpapi.nsqd import ClientStats
 from nsqtools.protocol import Message, MessageBatch, commands
 from nsqtools.testing import Nsqd, TlsFiles
 from nsqtools.transport import Conn, open_connection
@@ -61,16 +62,15 @@ async def subscribed(
         yield conn
 
 
-def client_stats(nsqd: Nsqd, topic: str = TOPIC) -> dict[str, Any]:
+def client_stats(nsqd: Nsqd, topic: str = TOPIC) -> ClientStats:
     """nsqd's own view of our single subscribed client."""
-    (topic_stats,) = nsqd.stats(topic=topic)["topics"]
-    (channel,) = topic_stats["channels"]
-    (client,) = channel["clients"]
-    result: dict[str, Any] = client
-    return result
+    (topic_stats,) = nsqd.stats(topic=topic).topics
+    (channel,) = topic_stats.channels
+    (client,) = channel.clients
+    return client
 
 
-async def publish_then_receive(nsqd: Nsqd, address: str, config: ClientConfig) -> dict[str, Any]:
+async def publish_then_receive(nsqd: Nsqd, address: str, config: ClientConfig) -> ClientStats:
     """PUB and SUB over a connection set up with `config`; return nsqd's client stats."""
     body = os.urandom(300_000)  # large enough to span many compression and TLS records
     async with open_connection(address, config) as producer:
@@ -100,7 +100,7 @@ async def test_negotiation_without_tls(
     nsqd: Nsqd, settings: dict[str, Any], expected: dict[str, bool]
 ) -> None:
     stats = await publish_then_receive(nsqd, nsqd.tcp_address, make_config(**settings))
-    assert {key: stats[key] for key in expected} == expected
+    assert {key: getattr(stats, key) for key in expected} == expected
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ async def test_negotiation_with_tls(
 ) -> None:
     config = make_config(tls_v1=True, tls_root_ca_file=str(tls_files.ca), **settings)
     stats = await publish_then_receive(tls_nsqd, tls_nsqd.tcp_address, config)
-    assert {key: stats[key] for key in expected} == expected
+    assert {key: getattr(stats, key) for key in expected} == expected
 
 
 async def test_tls_with_a_client_certificate(local_nsq: LocalNsq, tls_files: TlsFiles) -> None:
@@ -127,7 +127,7 @@ async def test_tls_with_a_client_certificate(local_nsq: LocalNsq, tls_files: Tls
         tls_v1=True, tls_root_ca_file=str(tls_files.ca), tls_cert=str(cert), tls_key=str(key)
     )
     stats = await publish_then_receive(nsqd, nsqd.tcp_address, config)
-    assert stats["tls"] is True
+    assert stats.tls is True
 
 
 async def test_tls_with_the_wrong_ca_is_a_clear_error(tls_nsqd: Nsqd, tmp_path: Path) -> None:
@@ -156,8 +156,8 @@ async def test_auth_accepted(auth_nsqd: Nsqd) -> None:
     (secret, identity) = next(iter(AUTH_SECRETS.items()))
     config = make_config(auth_secret=secret)
     stats = await publish_then_receive(auth_nsqd, auth_nsqd.tcp_address, config)
-    assert stats["authed"] is True
-    assert stats["auth_identity"] == identity
+    assert stats.authed is True
+    assert stats.auth_identity == identity
 
 
 async def test_auth_accepted_answer(auth_nsqd: Nsqd) -> None:
@@ -265,7 +265,7 @@ async def test_local_addr_is_where_nsqd_sees_us_come_from(nsqd: Nsqd) -> None:
     local_addr = f"127.0.0.2:{free_port('127.0.0.2')}"
     async with subscribed(nsqd.tcp_address, make_config(local_addr=local_addr), Inbox()):
         stats = await trio.to_thread.run_sync(client_stats, nsqd)
-    assert stats["remote_address"] == local_addr
+    assert stats.remote_address == local_addr
 
 
 async def test_a_local_addr_that_cannot_be_bound_says_so(nsqd: Nsqd) -> None:

@@ -8,6 +8,9 @@ No process outlives its owner: stop() is safe twice, an atexit hook kills whatev
 left, and on Linux each child gets PR_SET_PDEATHSIG so even a SIGKILL'd test run takes
 its nsqds with it. Start processes from a long-lived thread: the death signal fires
 when the thread that forked the child exits.
+
+Their HTTP APIs (stats, publishing, admin, lookups) are asked through nsqtools.httpapi's
+synchronous send_sync, so the harness reads answers exactly as the tools do.
 """
 
 from __future__ import annotations
@@ -23,16 +26,24 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import httpx
 
+from nsqtools.httpapi import Call, send_sync
+from nsqtools.httpapi import lookupd as lookupd_api
+from nsqtools.httpapi import nsqd as nsqd_api
+from nsqtools.httpapi.nsqd import ChannelStats, NsqdStats
 from nsqtools.testing.binaries import find_binary
 from nsqtools.testing.lifetime import StartsAndStops
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.005
+HTTP_TIMEOUT = 5.0
+MPUB_TIMEOUT = 30.0
+
+T = TypeVar("T")
 
 _LISTENING = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+)")
 _PR_SET_PDEATHSIG = 1
@@ -62,6 +73,12 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(POLL_INTERVAL)
+
+
+def ask(call: Call[T], timeout: float = HTTP_TIMEOUT) -> T:
+    """One call to an nsqd's or nsqlookupd's HTTP API, from synchronous test code."""
+    with httpx.Client(timeout=timeout) as client:
+        return send_sync(client, call)
 
 
 class NsqProcessError(RuntimeError):
@@ -221,18 +238,11 @@ class Nsqlookupd(NsqProcess):
 
     def registered_tcp_ports(self) -> set[int]:
         """TCP ports of the nsqds this lookupd currently knows about."""
-        nodes = httpx.get(f"http://{self.http_address}/nodes", timeout=2.0).json()
-        return {producer["tcp_port"] for producer in nodes.get("producers") or []}
+        return {node.tcp_port for node in ask(lookupd_api.nodes(self.http_address))}
 
     def topic_tcp_ports(self, topic: str) -> set[int]:
-        """TCP ports of the nsqds this lookupd lists for the topic."""
-        response = httpx.get(
-            f"http://{self.http_address}/lookup", params={"topic": topic}, timeout=2.0
-        )
-        if response.status_code == 404:  # no nsqd has the topic yet
-            return set()
-        response.raise_for_status()
-        return {producer["tcp_port"] for producer in response.json().get("producers") or []}
+        """TCP ports of the nsqds this lookupd lists for the topic (none yet: empty)."""
+        return {node.tcp_port for node in ask(lookupd_api.lookup(self.http_address, topic))}
 
     def wait_for_topic(self, topic: str, nsqds: Iterable[Nsqd]) -> None:
         """Wait until every nsqd given has registered the topic: nsqd registers a new
@@ -341,30 +351,20 @@ class Nsqd(NsqProcess):
     def https_address(self) -> str:
         return self.addresses["HTTPS"]
 
-    def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
-        """nsqd's /stats as JSON, optionally filtered to a topic and channel."""
-        params = {"format": "json"}
-        if topic:
-            params["topic"] = topic
-        if channel:
-            params["channel"] = channel
-        response = httpx.get(f"http://{self.http_address}/stats", params=params, timeout=5.0)
-        response.raise_for_status()
-        result: dict[str, Any] = response.json()
-        return result
+    def stats(self, topic: str = "", channel: str = "") -> NsqdStats:
+        """nsqd's /stats, optionally filtered to a topic and channel."""
+        return ask(nsqd_api.stats(self.http_address, topic, channel))
 
     def topic_depth(self, topic: str) -> int:
-        for entry in self.stats(topic=topic).get("topics") or []:
-            if entry["topic_name"] == topic:
-                return int(entry["depth"])
-        raise KeyError(f"topic {topic!r} not on {self.name}")
+        return self.stats(topic=topic).topic(topic).depth
+
+    def channel_stats(self, topic: str, channel: str) -> ChannelStats:
+        """One channel's /stats entry (depth, in_flight_count, clients with ready_count...)."""
+        return self.stats(topic=topic, channel=channel).topic(topic).channel(channel)
 
     def publish(self, topic: str, body: bytes) -> None:
         """Publish one message over HTTP /pub (independent of our own TCP client)."""
-        response = httpx.post(
-            f"http://{self.http_address}/pub", params={"topic": topic}, content=body, timeout=5.0
-        )
-        response.raise_for_status()
+        ask(nsqd_api.pub(self.http_address, topic, body))
 
     def publish_many(self, topic: str, bodies: Iterable[bytes], chunk: int = 20_000) -> None:
         """Publish newline-free bodies over HTTP /mpub, `chunk` messages per request."""
@@ -372,39 +372,19 @@ class Nsqd(NsqProcess):
         for body in bodies:
             batch.append(body)
             if len(batch) == chunk:
-                self._mpub(topic, batch)
+                ask(nsqd_api.mpub(self.http_address, topic, batch), MPUB_TIMEOUT)
                 batch = []
         if batch:
-            self._mpub(topic, batch)
-
-    def _mpub(self, topic: str, bodies: list[bytes]) -> None:
-        response = httpx.post(
-            f"http://{self.http_address}/mpub",
-            params={"topic": topic},
-            content=b"\n".join(bodies),
-            timeout=30.0,
-        )
-        response.raise_for_status()
+            ask(nsqd_api.mpub(self.http_address, topic, batch), MPUB_TIMEOUT)
 
     def create_channels(self, topic: str, *channels: str) -> None:
         """Create the topic and channels now, so each channel gets every later message."""
-        base = f"http://{self.http_address}"
-        httpx.post(f"{base}/topic/create", params={"topic": topic}).raise_for_status()
+        ask(nsqd_api.create_topic(self.http_address, topic))
         for channel in channels:
-            params = {"topic": topic, "channel": channel}
-            httpx.post(f"{base}/channel/create", params=params).raise_for_status()
+            ask(nsqd_api.create_channel(self.http_address, topic, channel))
 
     def delete_topic(self, topic: str) -> None:
-        httpx.post(f"http://{self.http_address}/topic/delete", params={"topic": topic})
-
-    def channel_stats(self, topic: str, channel: str) -> dict[str, Any]:
-        """One channel's /stats entry (depth, in_flight_count, clients with ready_count...)."""
-        for topic_stats in self.stats(topic=topic, channel=channel).get("topics") or []:
-            for channel_stats in topic_stats.get("channels") or []:
-                if channel_stats["channel_name"] == channel:
-                    result: dict[str, Any] = channel_stats
-                    return result
-        raise KeyError(f"channel {topic}/{channel} not on {self.name}")
+        ask(nsqd_api.delete_topic(self.http_address, topic))
 
 
 def _kill_leftovers() -> None:

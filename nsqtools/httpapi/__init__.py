@@ -1,0 +1,19 @@
+"""Clients of nsqd's and nsqlookupd's HTTP APIs, with typed answers.
+
+Layering: built on httpx and nsqtools.errors/addresses only; the consumer's discovery
+(nsqtools.discovery), the commands and the test harness use it, never the reverse.
+
+- call: a Call (one request and how to read its answer), send() on an
+  httpx.AsyncClient, send_sync() on an httpx.Client, HttpApiError.
+- nsqd: /info, /stats (typed: topics, channels, clients), /pub, /mpub, admin calls.
+- lookupd: /info, /lookup, /topics, /channels, /nodes, admin calls, tombstones.
+- json_shape: checking documents (sans-IO).
+
+    from nsqtools.httpapi import nsqd, send
+    stats = await send(client, nsqd.stats("127.0.0.1:4151", topic="events"))
+    await send(client, nsqd.pause_channel("127.0.0.1:4151", "events", "archive"))
+"""
+
+from nsqtools.httpapi.call import Call, HttpApiError, send, send_sync
+
+__all__ = ["Call", "HttpApiError", "send", "send_sync"]
