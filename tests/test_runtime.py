@@ -42,9 +42,12 @@ def bodies(count: int, prefix: str = "m") -> list[bytes]:
 
 
 def channel_counts(nsqd: Nsqd, topic: str = TOPIC) -> tuple[int, int]:
-    """(depth, in flight) of the test channel."""
-    stats = nsqd.channel_stats(topic, CHANNEL)
-    return stats["depth"], stats["in_flight_count"]
+    """(depth, in flight) of the test channel; (-1, -1) until it exists."""
+    try:
+        stats = nsqd.channel_stats(topic, CHANNEL)
+    except KeyError:
+        return -1, -1
+    return stats.depth, stats.in_flight_count
 
 
 class Recorder:
@@ -223,7 +226,7 @@ async def test_a_topic_that_appears_while_running_is_consumed(nsqd: Nsqd) -> Non
 
     async def find_topics() -> list[str]:
         stats = await trio.to_thread.run_sync(nsqd.stats)
-        return [topic["topic_name"] for topic in stats.get("topics") or []]
+        return [topic.topic_name for topic in stats.topics]
 
     consume = settings(nsqd, topics=["first"], topic_refresh=0.05)
     async with trio.open_nursery() as nursery:
