@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain, islice
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -62,15 +63,17 @@ def go_flags_to_click(
 ) -> list[str]:
     """Rewrite Go-style flags into click's spelling; anything else passes unchanged.
 
+    As in Go, the last occurrence of a boolean flag wins (click would keep any true one),
+    and a flag that takes a value takes the next argument whatever it looks like.
     `resilient` (shell completion) leaves a flag it cannot read as it is, never raising.
     """
     spellings = _option_spellings(command)
     rewritten: list[str] = []
+    booleans: dict[str | None, list[str]] = {}  # option → its last occurrence, in click's words
     remaining = iter(args)
     for arg in remaining:
         if arg == "--":
-            rewritten += [arg, *remaining]
-            break
+            return [*rewritten, *chain.from_iterable(booleans.values()), arg, *remaining]
         match = _GO_FLAG.fullmatch(arg)
         if match is not None and match[1] in ("h", "help") and match[2] is None:
             rewritten.append("--help")
@@ -82,16 +85,16 @@ def go_flags_to_click(
         value = match[2]
         if option.is_flag and not option.count:
             try:
-                rewritten += _bool_spelling(option, spelling, negative, value)
+                booleans[option.name] = _bool_spelling(option, spelling, negative, value)
             except click.UsageError:
                 if not resilient:
                     raise
                 rewritten.append(arg)
         elif value is None:
-            rewritten.append(spelling)
+            rewritten += [spelling, *islice(remaining, 1)]
         else:
             rewritten += [spelling, value]
-    return rewritten
+    return [*rewritten, *chain.from_iterable(booleans.values())]
 
 
 def _bool_spelling(
