@@ -47,3 +47,41 @@ def test_a_value_that_looks_like_a_flag_is_taken_as_the_value(nsqd: Nsqd) -> Non
     assert mine.returncode == 0, mine.stderr
     assert mine.stdout == b"one\n"
     assert mine.stderr.startswith(b"-print-topic")
+
+
+CHECKS_THAT_FAIL = [
+    ("nsq_tail", [], 1),
+    ("nsq_tail", ["-topic=t"], 1),
+    ("nsq_tail", ["{nsqd}"], 1),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-lookupd-http-address=127.0.0.1:1"], 1),
+    ("nsq_tail", ["{nsqd}", "-topic=bad topic"], 1),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-channel=bad channel"], 1),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-n=x"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-max-in-flight=0x"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-bogus"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-print-topic=maybe"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-consumer-opt=nope,1"], 2),
+    ("to_nsq", [], 1),
+    ("to_nsq", ["-topic=t"], 1),
+    ("to_nsq", ["{nsqd}"], 1),
+    ("to_nsq", ["{nsqd}", "-topic=bad!"], 1),  # Go: E_BAD_TOPIC from nsqd
+    ("to_nsq", ["{nsqd}", "-topic=t", "-delimiter=ab"], 1),
+    ("to_nsq", ["{nsqd}", "-topic=t", "-rate=x"], 2),
+    ("to_nsq", ["{nsqd}", "-topic=t", "-producer-opt=nope,1"], 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "code"),
+    CHECKS_THAT_FAIL,
+    ids=[f"{tool} {' '.join(args)}" for tool, args, _ in CHECKS_THAT_FAIL],
+)
+def test_exit_status_as_go(nsqd: Nsqd, tool: str, args: list[str], code: int) -> None:
+    """A flag that does not parse: 2. A check of values that fails (log.Fatal): 1."""
+    args = [arg.format(nsqd=f"-nsqd-tcp-address={nsqd.tcp_address}") for arg in args]
+    go = run_go_tool(tool, args, input=b"record\n")
+    mine = ours(tool, *args, input=b"record\n")
+    assert go.returncode == code, go.stderr
+    lines = mine.stderr.decode().splitlines()
+    assert mine.returncode == code, lines
+    assert len(lines) == 1 and lines[0].startswith(f"{tool}: error: "), lines

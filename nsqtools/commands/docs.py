@@ -325,8 +325,12 @@ def _envvar_use(option: click.Option) -> str:
 def _exit_status() -> list[str]:
     statuses = [
         (0, "Success."),
-        (EXIT_FAILURE, "A runtime failure, reported in one line on stderr."),
-        (EXIT_USAGE, "A usage error: an unknown flag, a missing or invalid value."),
+        (
+            EXIT_FAILURE,
+            "A runtime failure, or a missing or invalid value (topic, address, delimiter), "
+            "as the Go tools; reported in one line on stderr.",
+        ),
+        (EXIT_USAGE, "A flag that does not parse: an unknown flag, a malformed value."),
     ]
     return [line for code, meaning in statuses for line in _item(bold(str(code)), [meaning])]
 

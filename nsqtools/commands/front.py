@@ -4,9 +4,10 @@ Go's flag package accepts `-flag=v`, `-flag v`, `--flag=v`, `--flag v`, `-bool`,
 `-bool=false`; click accepts some of these. GoFlagsCommand rewrites a command line into
 click's dialect before parsing, so an existing Go command line works unchanged.
 
-run() is every entry point: usage errors exit 2, runtime failures exit 1, each as one
-line on stderr; a traceback only with --debug (or NSQTOOLS_DEBUG=1). stop_signals() is
-how a command hears SIGINT and SIGTERM.
+run() is every entry point. Exit statuses are Go's: a flag that does not parse exits 2
+(click.UsageError); a check of values that fails (fail(), where Go calls log.Fatal) and
+a runtime failure exit 1; each as one line on stderr, a traceback only with --debug (or
+NSQTOOLS_DEBUG=1). stop_signals() is how a command hears SIGINT and SIGTERM.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def debug_requested(argv: Sequence[str]) -> bool:
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    """End the command with one line on stderr."""
+    """End the command with one line on stderr: for a check of values that fails (exit 1,
+    as Go's log.Fatal) and for a runtime failure."""
     raise CommandFailed(message, code)
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from nsqtools import __version__
-from nsqtools.commands.front import LOG_LEVELS
+from nsqtools.commands.front import LOG_LEVELS, fail
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -193,9 +193,9 @@ def _auth_secret(options: dict[str, Any]) -> str:
 def check_one_address_kind(nsqd: Sequence[str], lookupd: Sequence[str]) -> None:
     """Consumers take nsqd addresses or lookupd addresses: exactly one kind."""
     if nsqd and lookupd:
-        raise click.UsageError("use --nsqd-tcp-address or --lookupd-http-address, not both")
+        fail("use --nsqd-tcp-address or --lookupd-http-address, not both")
     if not nsqd and not lookupd:
-        raise click.UsageError("--nsqd-tcp-address or --lookupd-http-address is required")
+        fail("--nsqd-tcp-address or --lookupd-http-address is required")
 
 
 def check_addresses(addresses: Sequence[str], option: str) -> None:
@@ -207,4 +207,4 @@ def check_addresses(addresses: Sequence[str], option: str) -> None:
         try:
             split_address(address)
         except AddressError as error:
-            raise click.UsageError(f"{option}: {error}") from None
+            fail(f"{option}: {error}")

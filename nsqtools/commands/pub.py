@@ -97,16 +97,16 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
 
     topic = options["topic"]
     if not topic:
-        raise click.UsageError("--topic required")
+        fail("--topic required")
     addresses = list(options["nsqd_tcp_addresses"])
     if not addresses:
-        raise click.UsageError("--nsqd-tcp-address required")
+        fail("--nsqd-tcp-address required")
     check_addresses(addresses, "--nsqd-tcp-address")
     try:
         check_topic(topic)
         delimiter = parse_delimiter(options["delimiter"])
     except (LocalProtocolError, DelimiterError) as error:
-        raise click.UsageError(str(error)) from None
+        fail(str(error))
     sources = files or (Path("-"),)
     config = build_config(TOOL, options)
     configure_logging(options["log_level"], options["log_prefix"])

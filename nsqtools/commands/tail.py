@@ -21,6 +21,7 @@ from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     GoFlagsCommand,
     configure_logging,
+    fail,
     run,
     stop_signals,
     tune_gc_for_throughput,
@@ -67,7 +68,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
 
     topics = list(options["topics"])
     if not topics:
-        raise click.UsageError("--topic required")
+        fail("--topic required")
     nsqd, lookupd = list(options["nsqd_tcp_addresses"]), list(options["lookupd_http_addresses"])
     check_one_address_kind(nsqd, lookupd)
     check_addresses(nsqd, "--nsqd-tcp-address")
@@ -78,7 +79,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
             check_topic(topic)
         check_channel(channel)
     except LocalProtocolError as error:
-        raise click.UsageError(str(error)) from None
+        fail(str(error))
     total = options["total"]
     max_in_flight = options["max_in_flight"]
     if 0 < total < max_in_flight:
@@ -106,7 +107,7 @@ def _check_format(output_format: str) -> None:
     try:
         Template(output_format)
     except FormatError as error:
-        raise click.UsageError(f"--format: {error}") from None
+        fail(f"--format: {error}")
 
 
 @click.command("tail", cls=GoFlagsCommand, context_settings=CONTEXT_SETTINGS)
