@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, run_go_tool
+from nsqtools.testing import Nsqd, find_binary, run_go_tool, wait_until
 
 BIN = Path(sys.executable).parent
 TOPIC = "dropin"
@@ -59,6 +59,12 @@ CHECKS_THAT_FAIL = [
     ("nsq_tail", ["{nsqd}", "-topic=t", "-n=x"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=t", "-max-in-flight=0x"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=t", "-bogus"], 2),
+    # Integers Go does not read; the invalid topic makes any we misread exit 1 at once.
+    ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n=08"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n=1__0"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n=_1"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n= 5"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n=9223372036854775808"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=t", "-print-topic=maybe"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=t", "-consumer-opt=nope,1"], 2),
     ("to_nsq", [], 1),
@@ -85,3 +91,43 @@ def test_exit_status_as_go(nsqd: Nsqd, tool: str, args: list[str], code: int) ->
     lines = mine.stderr.decode().splitlines()
     assert mine.returncode == code, lines
     assert len(lines) == 1 and lines[0].startswith(f"{tool}: error: "), lines
+
+
+@pytest.mark.parametrize(
+    ("spelling", "value"),
+    [("010", 8), ("0x0a", 10), ("0o7", 7), ("0B11", 3), ("1_1", 11), ("0x_c", 12), ("+5", 5)],
+)
+def test_integers_as_go_reads_them(nsqd: Nsqd, spelling: str, value: int) -> None:
+    nsqd.create_channels(TOPIC, "go", "ours")
+    nsqd.publish_many(TOPIC, [b"%d" % index for index in range(20)])
+    common = [f"-nsqd-tcp-address={nsqd.tcp_address}", f"-topic={TOPIC}", "-n", spelling]
+    go = run_go_tool("nsq_tail", [*common, "-channel=go"])
+    mine = ours("nsq_tail", *common, "-channel=ours")
+    assert go.returncode == mine.returncode == 0, mine.stderr
+    assert len(mine.stdout.splitlines()) == len(go.stdout.splitlines()) == value
+
+
+def test_max_in_flight_in_hex_is_the_rdy_count(nsqd: Nsqd) -> None:
+    nsqd.create_channels(TOPIC, "go", "ours")
+    common = [f"-nsqd-tcp-address={nsqd.tcp_address}", f"-topic={TOPIC}", "-max-in-flight=0x10"]
+    go = start_quietly(find_binary("nsq_tail"), *common, "-channel=go")
+    mine = start_quietly(BIN / "nsq_tail", *common, "-channel=ours")
+    try:
+        nsqd.publish_many(TOPIC, [b"%d" % index for index in range(50)])  # ours starts at RDY 1
+        wait_until(lambda: ready_count(nsqd, "go") == 16, 10, "RDY 16 from Go's")
+        wait_until(lambda: ready_count(nsqd, "ours") == 16, 10, "RDY 16 from ours")
+    finally:
+        for process in (go, mine):
+            process.kill()
+            process.wait()
+
+
+def start_quietly(program: Path, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [str(program), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def ready_count(nsqd: Nsqd, channel: str) -> int:
+    clients = nsqd.channel_stats(TOPIC, channel)["clients"]
+    return int(clients[0]["ready_count"]) if clients else -1

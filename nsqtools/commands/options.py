@@ -8,6 +8,7 @@ and logging. First-class options win over the passthrough, which wins over defau
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +40,52 @@ class GoDuration(click.ParamType[float]):
 
 
 DURATION = GoDuration()
+
+_GO_BASE_PREFIXES = {"0b": 2, "0o": 8, "0x": 16}
+_GO_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+_GO_INT64 = range(-(2**63), 2**63)
+_GO_PREFIX = re.compile(r"^0[box]", re.IGNORECASE)
+
+
+class GoInt(click.IntRange):
+    """An integer as Go's flag package reads it, strconv.ParseInt(s, 0, 64): 010 is 8,
+    0x10 is 16, 0o and 0b prefixes too, and `_` between digits; with optional bounds."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                value = parse_go_int(value)
+            except ValueError as error:
+                self.fail(str(error), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def parse_go_int(text: str) -> int:
+    """strconv.ParseInt(text, 0, 64): an optional sign, then a base prefix, or 0 for
+    octal; `_` only between digits (a prefix counts as one); nothing else, no spaces."""
+    sign, number = (text[:1], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    base, digits = _go_base(number)
+    if "_" in number and not re.fullmatch(r"[^_]+(_[^_]+)*", _GO_PREFIX.sub("0", number)):
+        raise ValueError(f"{text!r} is not a valid integer: misplaced _")
+    digits = digits.replace("_", "")
+    if number != "0" and not (digits and all(digit in _GO_DIGITS[base] for digit in digits)):
+        raise ValueError(f"{text!r} is not a valid integer")
+    value = int(sign + (digits or "0"), base)
+    if value not in _GO_INT64:
+        raise ValueError(f"{text!r} is out of range")
+    return value
+
+
+def _go_base(number: str) -> tuple[int, str]:
+    """The base a number is written in, and its digits after the prefix."""
+    prefix = number[:2].lower()
+    if prefix in _GO_BASE_PREFIXES and len(number) > 2:
+        return _GO_BASE_PREFIXES[prefix], number[2:]
+    if number.startswith("0"):
+        return 8, number[1:]
+    return 10, number
 
 
 def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -111,7 +158,7 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
         ),
         click.option("--snappy", is_flag=True, default=None, help="Compress with snappy."),
         click.option("--deflate", is_flag=True, default=None, help="Compress with deflate."),
-        click.option("--deflate-level", type=click.IntRange(1, 9), help="Deflate level (1..9)."),
+        click.option("--deflate-level", type=GoInt(1, 9), help="Deflate level (1..9)."),
         click.option(
             "--auth-secret",
             envvar="NSQ_AUTH_SECRET",

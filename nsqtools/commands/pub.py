@@ -30,6 +30,7 @@ from nsqtools.commands.front import (
 )
 from nsqtools.commands.options import (
     DURATION,
+    GoInt,
     check_addresses,
     connection_options,
     logging_options,
@@ -64,7 +65,7 @@ PROGRESS_INTERVAL = 0.5
 )
 @click.option(
     "--rate",
-    type=click.IntRange(min=0),
+    type=GoInt(min=0),
     default=0,
     show_default=True,
     help="Throttle messages to n/second. 0 to disable.",

@@ -28,6 +28,7 @@ from nsqtools.commands.front import (
     version_option,
 )
 from nsqtools.commands.options import (
+    GoInt,
     check_addresses,
     check_one_address_kind,
     connection_options,
@@ -116,13 +117,13 @@ def _check_format(output_format: str) -> None:
 @click.option(
     "-n",
     "total",
-    type=click.IntRange(min=0),
+    type=GoInt(min=0),
     default=0,
     help="Total messages to show across all topics, then exit; waits if starved (0: no limit).",
 )
 @click.option(
     "--max-in-flight",
-    type=click.IntRange(min=0),
+    type=GoInt(min=0),
     default=200,
     show_default=True,
     help="Max number of messages to allow in flight.",
