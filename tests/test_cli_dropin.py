@@ -3,6 +3,7 @@ the same command line must mean the same thing to ours and to Go's."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.testing import Nsqd, find_binary, run_go_tool, wait_until
+from tests.conftest import Cluster
 
 BIN = Path(sys.executable).parent
 TOPIC = "dropin"
@@ -131,3 +133,31 @@ def start_quietly(program: Path, *args: str) -> subprocess.Popen[bytes]:
 def ready_count(nsqd: Nsqd, channel: str) -> int:
     clients = nsqd.channel_stats(TOPIC, channel)["clients"]
     return int(clients[0]["ready_count"]) if clients else -1
+
+
+@pytest.mark.parametrize(
+    ("environment", "flag"),
+    [
+        ("NSQ_NSQD_TCP_ADDRESS", "-lookupd-http-address={lookupd}"),
+        ("NSQ_LOOKUPD_HTTP_ADDRESS", "-nsqd-tcp-address={nsqd}"),
+        ("NSQ_NSQD_TCP_ADDRESS", "-nsqd-tcp-address={nsqd}"),
+    ],
+)
+def test_address_flags_replace_environment_addresses_of_both_kinds(
+    cluster: Cluster, environment: str, flag: str
+) -> None:
+    """Go reads no environment: given the same flags, ours must do what Go's does, even
+    with an address of the other kind (here a dead one) in the environment."""
+    nsqd = cluster.nsqd
+    nsqd.create_channels(TOPIC, "go", "ours")
+    cluster.publish_many(TOPIC, lambda _: [b"one", b"two"])
+    address = flag.format(lookupd=cluster.lookupd.http_address, nsqd=nsqd.tcp_address)
+    common = [address, f"-topic={TOPIC}", "-n=2"]
+    go = run_go_tool("nsq_tail", [*common, "-channel=go"])
+    env = {**os.environ, environment: "127.0.0.1:1"}
+    mine = subprocess.run(
+        [str(BIN / "nsq_tail"), *common, "-channel=ours"],
+        env=env, capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert go.returncode == mine.returncode == 0, mine.stderr
+    assert mine.stdout == go.stdout == b"one\ntwo\n"

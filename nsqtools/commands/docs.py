@@ -25,6 +25,7 @@ from click.shell_completion import BashComplete, FishComplete, ShellComplete, Zs
 from nsqtools import __version__
 from nsqtools.commands import SUBCOMMANDS, group
 from nsqtools.commands.front import EXIT_FAILURE, EXIT_USAGE, GoFlagsCommand
+from nsqtools.commands.options import AddressOption
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED_DIRS = ("man", "completions")
@@ -317,6 +318,8 @@ def _envvar_use(option: click.Option) -> str:
     if option.is_flag:
         return f"Sets {bold(option.opts[-1])} when 1, true, yes or on."
     use = f"Default for {bold(option.opts[-1])}"
+    if isinstance(option, AddressOption):
+        use += "; an address flag of either kind replaces it"
     if option.multiple:
         return f"{use}; several values are separated by spaces."
     return f"{use}."

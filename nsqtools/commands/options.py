@@ -1,19 +1,21 @@
 """Options every command shares, defined once, and the settings they build.
 
-Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_LOOKUPD_HTTP_ADDRESS), the go-nsq
+Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_LOOKUPD_HTTP_ADDRESS, which an address
+flag of either kind replaces), integers read as Go reads them, the go-nsq
 `--consumer-opt`/`--producer-opt` passthrough, first-class TLS, compression and AUTH
-options (the secret also from NSQ_AUTH_SECRET or a file, so it never shows in `ps`),
-and logging. First-class options win over the passthrough, which wins over defaults.
+options (the secret also from NSQ_AUTH_SECRET or a file, so it never shows in `ps`), and
+logging. First-class options win over the passthrough, which wins over defaults.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from nsqtools import __version__
 from nsqtools.commands.front import LOG_LEVELS, fail
@@ -97,10 +99,28 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+ADDRESS_PARAMS = frozenset({"nsqd_tcp_addresses", "lookupd_http_addresses"})
+
+
+class AddressOption(click.Option):
+    """An address option whose environment variable counts only when no address flag of
+    either kind is given: NSQ_NSQD_TCP_ADDRESS must not clash with --lookupd-http-address
+    (nor NSQ_LOOKUPD_HTTP_ADDRESS with --nsqd-tcp-address), as Go reads no environment."""
+
+    def consume_value(
+        self, ctx: click.Context, opts: Mapping[str, Any]
+    ) -> tuple[Any, ParameterSource]:
+        value, source = super().consume_value(ctx, opts)
+        if source is ParameterSource.ENVIRONMENT and not ADDRESS_PARAMS.isdisjoint(opts):
+            return (), ParameterSource.DEFAULT
+        return value, source
+
+
 def nsqd_addresses(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--nsqd-tcp-address",
         "nsqd_tcp_addresses",
+        cls=AddressOption,
         multiple=True,
         envvar="NSQ_NSQD_TCP_ADDRESS",
         metavar="HOST:PORT",
@@ -114,6 +134,7 @@ def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F
         click.option(
             "--lookupd-http-address",
             "lookupd_http_addresses",
+            cls=AddressOption,
             multiple=True,
             envvar="NSQ_LOOKUPD_HTTP_ADDRESS",
             metavar="HOST:PORT",
