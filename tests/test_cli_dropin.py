@@ -4,6 +4,7 @@ the same command line must mean the same thing to ours and to Go's."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,49 @@ def test_address_flags_replace_environment_addresses_of_both_kinds(
     )  # fmt: skip
     assert go.returncode == mine.returncode == 0, mine.stderr
     assert mine.stdout == go.stdout == b"one\ntwo\n"
+
+
+OUR_HEADINGS = ["TLS, compression and AUTH:", "Output and delivery:", "Logging:"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "more_headings"), [("nsq_tail", []), ("to_nsq", ["Other options:"])]
+)
+def test_help_names_the_go_tool_and_shows_its_options_first(
+    tool: str, more_headings: list[str]
+) -> None:
+    go = run_go_tool(tool, ["-h"])
+    mine = ours(tool, "-h")
+    assert go.returncode == mine.returncode == 0
+    help_text = mine.stdout.decode()
+    assert f"Drop-in replacement for Go's {tool}" in help_text
+    sections = re.split(r"^(\S.*:)$", help_text, flags=re.MULTILINE)
+    headings = sections[1::2]
+    assert headings == [f"Options of Go's {tool}:", *OUR_HEADINGS, *more_headings]
+    gos_own = set(re.findall(r"^  --?([\w-]+)", sections[2], re.MULTILINE)) - {"h"}
+    assert gos_own == set(re.findall(r"^  -([\w-]+)", go.stderr.decode(), re.MULTILINE))
+
+
+def test_nsq_alone_lists_its_commands_with_the_go_tools_they_replace() -> None:
+    result = ours("nsq")
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.decode().split("Commands:\n")[1]
+    assert re.findall(r"^  (\w+) +(?:(\w+): )?", listed, re.MULTILINE) == [
+        ("help", ""),
+        ("pub", "to_nsq"),
+        ("tail", "nsq_tail"),
+    ]
+
+
+def test_nsq_help_command_is_the_commands_help() -> None:
+    for command in ("pub", "tail"):
+        result = ours("nsq", "help", command)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == ours("nsq", command, "--help").stdout
+        assert result.stdout.startswith(f"Usage: nsq {command} ".encode())
+    assert ours("nsq", "help").stdout == ours("nsq", "--help").stdout
+    unknown = ours("nsq", "help", "nope")
+    assert unknown.returncode == 2
+    assert unknown.stderr.decode().splitlines() == [
+        "nsq: error: no such command 'nope': see `nsq help`"
+    ]

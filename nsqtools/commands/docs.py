@@ -266,16 +266,24 @@ def _commands(tools: Sequence[Program]) -> list[str]:
 
 
 def _options(command: click.Command, ctx: click.Context) -> list[str]:
-    lines: list[str] = []
-    if isinstance(command, GoFlagsCommand):
-        forms = ", ".join(bold(form) for form in ("-flag=value", "-flag value", "--flag=value"))
-        lines.append(
-            "Go's flag syntax works as well, so a command line written for the Go tool runs "
-            f"unchanged: {forms}, and {bold('-bool=false')} for a boolean flag."
-        )
-    for option in _visible_options(command.get_params(ctx)):
-        lines += _item(_spellings(option, ctx), _option_help(option, ctx))
+    if not isinstance(command, GoFlagsCommand):
+        return _option_items(_visible_options(command.get_params(ctx)), ctx)
+    forms = ", ".join(bold(form) for form in ("-flag=value", "-flag value", "--flag=value"))
+    lines = [
+        "Go's flag syntax works as well, so a command line written for the Go tool runs "
+        f"unchanged: {forms}, and {bold('-bool=false')} for a boolean flag."
+    ]
+    for heading, options in command.option_sections(ctx):
+        lines += [Request(f".SS {escape(heading)}"), *_option_items(options, ctx)]
     return lines
+
+
+def _option_items(options: Iterable[click.Option], ctx: click.Context) -> list[str]:
+    return [
+        line
+        for option in options
+        for line in _item(_spellings(option, ctx), _option_help(option, ctx))
+    ]
 
 
 def _visible_options(params: Iterable[click.Parameter]) -> list[click.Option]:

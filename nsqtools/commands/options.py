@@ -18,7 +18,14 @@ import click
 from click.core import ParameterSource
 
 from nsqtools import __version__
-from nsqtools.commands.front import LOG_LEVELS, fail
+from nsqtools.commands.front import (
+    LOG_LEVELS,
+    LOGGING,
+    OUTPUT,
+    TLS_AND_AUTH,
+    fail,
+    grouped_option,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -158,35 +165,53 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
             help="go-nsq option to pass through (may be given multiple times), e.g. "
             "max_attempts,10 or snappy (a bare key means true).",
         ),
-        click.option("--tls", "tls_v1", is_flag=True, default=None, help="Connect with TLS."),
-        click.option(
-            "--tls-root-ca-file", metavar="FILE", help="CA file to verify nsqd with (enables TLS)."
+        grouped_option(
+            TLS_AND_AUTH, "--tls", "tls_v1", is_flag=True, default=None, help="Connect with TLS."
         ),
-        click.option(
-            "--tls-cert", metavar="FILE", help="Client certificate for TLS (enables TLS)."
+        grouped_option(
+            TLS_AND_AUTH,
+            "--tls-root-ca-file",
+            metavar="FILE",
+            help="CA file to verify nsqd with (enables TLS).",
         ),
-        click.option("--tls-key", metavar="FILE", help="Client key for TLS."),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH,
+            "--tls-cert",
+            metavar="FILE",
+            help="Client certificate for TLS (enables TLS).",
+        ),
+        grouped_option(TLS_AND_AUTH, "--tls-key", metavar="FILE", help="Client key for TLS."),
+        grouped_option(
+            TLS_AND_AUTH,
             "--tls-insecure-skip-verify",
             is_flag=True,
             default=None,
             help="Do not verify nsqd's certificate (enables TLS).",
         ),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH,
             "--tls-min-version",
             type=click.Choice(["tls1.0", "tls1.1", "tls1.2", "tls1.3"]),
             help="Lowest TLS version to accept.",
         ),
-        click.option("--snappy", is_flag=True, default=None, help="Compress with snappy."),
-        click.option("--deflate", is_flag=True, default=None, help="Compress with deflate."),
-        click.option("--deflate-level", type=GoInt(1, 9), help="Deflate level (1..9)."),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH, "--snappy", is_flag=True, default=None, help="Compress with snappy."
+        ),
+        grouped_option(
+            TLS_AND_AUTH, "--deflate", is_flag=True, default=None, help="Compress with deflate."
+        ),
+        grouped_option(
+            TLS_AND_AUTH, "--deflate-level", type=GoInt(1, 9), help="Deflate level (1..9)."
+        ),
+        grouped_option(
+            TLS_AND_AUTH,
             "--auth-secret",
             envvar="NSQ_AUTH_SECRET",
             metavar="SECRET",
             help="Secret for nsqd's AUTH (better: NSQ_AUTH_SECRET or --auth-secret-file).",
         ),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH,
             "--auth-secret-file",
             type=click.Path(dir_okay=False, path_type=Path),
             help="Read the AUTH secret from this file (first line).",
@@ -196,20 +221,28 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
 
 def logging_options(tool: str) -> Callable[[F], F]:
     return _stack(
-        click.option(
+        grouped_option(
+            LOGGING,
             "--log-level",
             type=click.Choice(LOG_LEVELS),
             default="info",
             show_default=True,
             help="Log level.",
         ),
-        click.option(
-            "--log-prefix", default=f"[{tool}] ", show_default=True, help="Log line prefix."
+        grouped_option(
+            LOGGING,
+            "--log-prefix",
+            default=f"[{tool}] ",
+            show_default=True,
+            help="Log line prefix.",
         ),
-        click.option(
-            "--no-color", is_flag=True, help="No colors, even on a terminal (or set NO_COLOR)."
+        grouped_option(
+            OUTPUT,
+            "--no-color",
+            is_flag=True,
+            help="No colors, even on a terminal (or set NO_COLOR).",
         ),
-        click.option("--debug", is_flag=True, hidden=True, help="Show tracebacks."),
+        grouped_option(LOGGING, "--debug", is_flag=True, hidden=True, help="Show tracebacks."),
     )
 
 

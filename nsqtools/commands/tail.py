@@ -19,9 +19,11 @@ import click
 
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
+    OUTPUT,
     GoFlagsCommand,
     configure_logging,
     fail,
+    grouped_option,
     run,
     stop_signals,
     tune_gc_for_throughput,
@@ -111,7 +113,7 @@ def _check_format(output_format: str) -> None:
         fail(f"--format: {error}")
 
 
-@click.command("tail", cls=GoFlagsCommand, context_settings=CONTEXT_SETTINGS)
+@click.command("tail", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
 @click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
 @click.option("--channel", help="NSQ channel  [default: tail<6 random digits>#ephemeral]")
 @click.option(
@@ -129,7 +131,8 @@ def _check_format(output_format: str) -> None:
     help="Max number of messages to allow in flight.",
 )
 @click.option("--print-topic", is_flag=True, help="Print the topic name before each message.")
-@click.option(
+@grouped_option(
+    OUTPUT,
     "--format",
     "output_format",
     default="raw",
