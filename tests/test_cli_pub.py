@@ -138,23 +138,23 @@ def test_go_to_nsq_is_built() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "code", "message"),
     [
-        (["--nsqd-tcp-address=a:1"], "--topic required"),
-        (["--topic=t"], "--nsqd-tcp-address required"),
-        (["--topic=bad topic", "--nsqd-tcp-address=a:1"], "invalid topic name"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--delimiter=ab"], "single byte"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--defer=10"], "missing unit"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--rate=-1"], "--rate"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--producer-opt=nope,1"], "unknown option"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "/no/such/file"], "/no/such/file"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--bogus"], "No such option"),
+        (["--nsqd-tcp-address=a:1"], 1, "--topic required"),
+        (["--topic=t"], 1, "--nsqd-tcp-address required"),
+        (["--topic=bad topic", "--nsqd-tcp-address=a:1"], 1, "invalid topic name"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--delimiter=ab"], 1, "single byte"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--defer=10"], 2, "missing unit"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--rate=-1"], 2, "--rate"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--producer-opt=nope,1"], 2, "unknown option"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "/no/such/file"], 2, "/no/such/file"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--bogus"], 2, "No such option"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+def test_bad_input_is_one_line_and_the_right_exit(args: list[str], code: int, message: str) -> None:
     result = to_nsq(*args)
     lines = result.stderr.decode().splitlines()
-    assert result.returncode == 2, lines
+    assert result.returncode == code, lines
     assert len(lines) == 1 and lines[0].startswith("to_nsq: error: "), lines
     assert message in lines[0]
 

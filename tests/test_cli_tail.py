@@ -277,16 +277,16 @@ def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--nsqd-tcp-address=127.0.0.1:4150"], 2, "--topic required"),
-        (["--topic=t"], 2, "--nsqd-tcp-address or --lookupd-http-address is required"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--lookupd-http-address=b:2"], 2, "not both"),
-        (["--topic=bad topic", "--nsqd-tcp-address=a:1"], 2, "invalid topic name 'bad topic'"),
+        (["--nsqd-tcp-address=127.0.0.1:4150"], 1, "--topic required"),
+        (["--topic=t"], 1, "--nsqd-tcp-address or --lookupd-http-address is required"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--lookupd-http-address=b:2"], 1, "not both"),
+        (["--topic=bad topic", "--nsqd-tcp-address=a:1"], 1, "invalid topic name 'bad topic'"),
         (
             ["--topic=t", "--channel=" + "c" * 65, "--nsqd-tcp-address=a:1"],
-            2,
+            1,
             "invalid channel name",
         ),
-        (["--topic=t", "--nsqd-tcp-address=nope"], 2, "expected host:port"),
+        (["--topic=t", "--nsqd-tcp-address=nope"], 1, "expected host:port"),
         (
             ["--topic=t", "--nsqd-tcp-address=a:1", "--consumer-opt=read_timeout,10"],
             2,
@@ -302,7 +302,7 @@ def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None
         (["--topic=t", "--nsqd-tcp-address=a:1", "-print-topic=maybe"], 2, "invalid boolean value"),
         (
             ["--topic=t", "--nsqd-tcp-address=a:1", "--format={nope}"],
-            2,
+            1,
             "unknown template field {nope}",
         ),
         (

@@ -24,7 +24,7 @@ PROGRAMS = [program.name for program in docs.programs()]
 BIN = Path(sys.executable).parent  # where the virtual environment installed the programs
 
 SECTIONS = ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ENVIRONMENT", "EXIT STATUS", "SEE ALSO"]
-REQUESTS = {"TH", "SH", "TP", "IP", "PP", "br"}
+REQUESTS = {"TH", "SH", "SS", "TP", "IP", "PP", "br"}
 ESCAPE = re.compile(r"\\(\[[^\]]*\]|f.|.)")
 ALLOWED_ESCAPE = re.compile(r"-|e|&|f[BIR]|\[u[0-9A-F]{4}\]")
 

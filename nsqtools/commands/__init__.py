@@ -19,30 +19,67 @@ SUBCOMMANDS = {
 
 
 class LazyGroup(click.Group):
-    """A group that imports a subcommand's module only when that subcommand is used."""
+    """A group that imports a subcommand's module only when that subcommand is used, and
+    lists each command with the Go tool it replaces."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(SUBCOMMANDS)
+        return sorted([*SUBCOMMANDS, *self.commands])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in SUBCOMMANDS:
-            return None
+            return super().get_command(ctx, name)
         import importlib
 
         module = importlib.import_module(SUBCOMMANDS[name][0])
         command: click.Command = module.command
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            command = self.get_command(ctx, name)
+            assert command is not None  # every name listed is a command
+            replaces = f"{SUBCOMMANDS[name][1]}: " if name in SUBCOMMANDS else ""
+            rows.append((name, replaces + command.get_short_help_str(limit - len(replaces))))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, "--version", "-version", message="nsq v%(version)s")
-def group() -> None:
+@click.pass_context
+def group(ctx: click.Context) -> None:
     """nsqtools: command-line tools for NSQ.
 
-    Each command is a drop-in replacement for one of NSQ's Go utilities, with the same
-    flags (Go's -flag=value syntax included), defaults and output, and is installed
-    under that Go name too.
+    Each command is a drop-in replacement for one of NSQ's Go utilities, named before
+    its summary below, with the same flags (Go's -flag=value syntax included), defaults
+    and output, and is installed under that Go name too.
     """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@group.command("help")
+@click.argument("command_name", metavar="[COMMAND]", required=False)
+@click.pass_context
+def help_command(ctx: click.Context, command_name: str | None) -> None:
+    """Show the help of nsq, or of one COMMAND."""
+    parent = ctx.find_root()
+    if command_name is None:
+        click.echo(parent.get_help())
+        return
+    command = group.get_command(parent, command_name)
+    if command is None:
+        raise click.UsageError(f"no such command {command_name!r}: see `nsq help`")
+    settings = command.context_settings
+    with click.Context(command, info_name=command_name, parent=parent, **settings) as sub:
+        click.echo(command.get_help(sub))
 
 
 def main() -> None:

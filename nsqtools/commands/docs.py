@@ -25,6 +25,7 @@ from click.shell_completion import BashComplete, FishComplete, ShellComplete, Zs
 from nsqtools import __version__
 from nsqtools.commands import SUBCOMMANDS, group
 from nsqtools.commands.front import EXIT_FAILURE, EXIT_USAGE, GoFlagsCommand
+from nsqtools.commands.options import AddressOption
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED_DIRS = ("man", "completions")
@@ -265,16 +266,24 @@ def _commands(tools: Sequence[Program]) -> list[str]:
 
 
 def _options(command: click.Command, ctx: click.Context) -> list[str]:
-    lines: list[str] = []
-    if isinstance(command, GoFlagsCommand):
-        forms = ", ".join(bold(form) for form in ("-flag=value", "-flag value", "--flag=value"))
-        lines.append(
-            "Go's flag syntax works as well, so a command line written for the Go tool runs "
-            f"unchanged: {forms}, and {bold('-bool=false')} for a boolean flag."
-        )
-    for option in _visible_options(command.get_params(ctx)):
-        lines += _item(_spellings(option, ctx), _option_help(option, ctx))
+    if not isinstance(command, GoFlagsCommand):
+        return _option_items(_visible_options(command.get_params(ctx)), ctx)
+    forms = ", ".join(bold(form) for form in ("-flag=value", "-flag value", "--flag=value"))
+    lines = [
+        "Go's flag syntax works as well, so a command line written for the Go tool runs "
+        f"unchanged: {forms}, and {bold('-bool=false')} for a boolean flag."
+    ]
+    for heading, options in command.option_sections(ctx):
+        lines += [Request(f".SS {escape(heading)}"), *_option_items(options, ctx)]
     return lines
+
+
+def _option_items(options: Iterable[click.Option], ctx: click.Context) -> list[str]:
+    return [
+        line
+        for option in options
+        for line in _item(_spellings(option, ctx), _option_help(option, ctx))
+    ]
 
 
 def _visible_options(params: Iterable[click.Parameter]) -> list[click.Option]:
@@ -317,6 +326,8 @@ def _envvar_use(option: click.Option) -> str:
     if option.is_flag:
         return f"Sets {bold(option.opts[-1])} when 1, true, yes or on."
     use = f"Default for {bold(option.opts[-1])}"
+    if isinstance(option, AddressOption):
+        use += "; an address flag of either kind replaces it"
     if option.multiple:
         return f"{use}; several values are separated by spaces."
     return f"{use}."
@@ -325,8 +336,12 @@ def _envvar_use(option: click.Option) -> str:
 def _exit_status() -> list[str]:
     statuses = [
         (0, "Success."),
-        (EXIT_FAILURE, "A runtime failure, reported in one line on stderr."),
-        (EXIT_USAGE, "A usage error: an unknown flag, a missing or invalid value."),
+        (
+            EXIT_FAILURE,
+            "A runtime failure, or a missing or invalid value (topic, address, delimiter), "
+            "as the Go tools; reported in one line on stderr.",
+        ),
+        (EXIT_USAGE, "A flag that does not parse: an unknown flag, a malformed value."),
     ]
     return [line for code, meaning in statuses for line in _item(bold(str(code)), [meaning])]
 

@@ -2,10 +2,14 @@
 
 Go's flag package accepts `-flag=v`, `-flag v`, `--flag=v`, `--flag v`, `-bool`,
 `-bool=false`; click accepts some of these. GoFlagsCommand rewrites a command line into
-click's dialect before parsing, so an existing Go command line works unchanged.
+click's dialect before parsing, so an existing Go command line works unchanged. Its help
+names the Go tool it replaces and shows Go's own options first, then ours under the
+headings of HELP_GROUPS (an option chooses its heading by being a GroupedOption).
 
-run() is every entry point: usage errors exit 2, runtime failures exit 1, each as one
-line on stderr; a traceback only with --debug (or NSQTOOLS_DEBUG=1).
+run() is every entry point. Exit statuses are Go's: a flag that does not parse exits 2
+(click.UsageError); a check of values that fails (fail(), where Go calls log.Fatal) and
+a runtime failure exit 1; each as one line on stderr, a traceback only with --debug (or
+NSQTOOLS_DEBUG=1).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from itertools import chain, islice
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -35,8 +40,64 @@ _GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
 
+# Help headings for the options Go's tool does not have, in the order help shows them.
+TLS_AND_AUTH = "TLS, compression and AUTH"
+OUTPUT = "Output and delivery"
+LOGGING = "Logging"
+OTHER = "Other options"
+HELP_GROUPS = (TLS_AND_AUTH, OUTPUT, LOGGING, OTHER)
+
+
+class GroupedOption(click.Option):
+    """An option that help shows under one of HELP_GROUPS, after Go's own options."""
+
+    def __init__(self, *args: Any, help_group: str, **kwargs: Any) -> None:
+        if help_group not in HELP_GROUPS:
+            raise ValueError(f"not a help group: {help_group!r}")
+        super().__init__(*args, **kwargs)
+        self.help_group = help_group
+
+
+def grouped_option(help_group: str, *param_decls: str, **attrs: Any) -> Callable[[F], F]:
+    """click.option, shown in help under `help_group`."""
+    return click.option(*param_decls, cls=GroupedOption, help_group=help_group, **attrs)
+
+
 class GoFlagsCommand(click.Command):
-    """A click command that also accepts Go's flag syntax."""
+    """A click command that also accepts Go's flag syntax, replacing Go's `go_tool`."""
+
+    def __init__(self, *args: Any, go_tool: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.go_tool = go_tool
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help_text(ctx, formatter)
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(
+                f"Drop-in replacement for Go's {self.go_tool}: its flags (in Go's -flag=value "
+                "syntax too), defaults and output."
+            )
+
+    def option_sections(self, ctx: click.Context) -> list[tuple[str, list[click.Option]]]:
+        """The visible options under their headings: Go's own first, then HELP_GROUPS."""
+        go_heading = f"Options of Go's {self.go_tool}"
+        sections: dict[str, list[click.Option]] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option) and not param.hidden:  # arguments: in usage
+                heading = param.help_group if isinstance(param, GroupedOption) else go_heading
+                sections.setdefault(heading, []).append(param)
+        return [
+            (heading, sections[heading])
+            for heading in (go_heading, *HELP_GROUPS)
+            if heading in sections
+        ]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for heading, options in self.option_sections(ctx):
+            records = [option.get_help_record(ctx) for option in options]
+            with formatter.section(heading):
+                formatter.write_dl([record for record in records if record is not None])
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, go_flags_to_click(self, args, ctx.resilient_parsing))
@@ -59,15 +120,17 @@ def go_flags_to_click(
 ) -> list[str]:
     """Rewrite Go-style flags into click's spelling; anything else passes unchanged.
 
+    As in Go, the last occurrence of a boolean flag wins (click would keep any true one),
+    and a flag that takes a value takes the next argument whatever it looks like.
     `resilient` (shell completion) leaves a flag it cannot read as it is, never raising.
     """
     spellings = _option_spellings(command)
     rewritten: list[str] = []
+    booleans: dict[str | None, list[str]] = {}  # option → its last occurrence, in click's words
     remaining = iter(args)
     for arg in remaining:
         if arg == "--":
-            rewritten += [arg, *remaining]
-            break
+            return [*rewritten, *chain.from_iterable(booleans.values()), arg, *remaining]
         match = _GO_FLAG.fullmatch(arg)
         if match is not None and match[1] in ("h", "help") and match[2] is None:
             rewritten.append("--help")
@@ -79,16 +142,16 @@ def go_flags_to_click(
         value = match[2]
         if option.is_flag and not option.count:
             try:
-                rewritten += _bool_spelling(option, spelling, negative, value)
+                booleans[option.name] = _bool_spelling(option, spelling, negative, value)
             except click.UsageError:
                 if not resilient:
                     raise
                 rewritten.append(arg)
         elif value is None:
-            rewritten.append(spelling)
+            rewritten += [spelling, *islice(remaining, 1)]
         else:
             rewritten += [spelling, value]
-    return rewritten
+    return [*rewritten, *chain.from_iterable(booleans.values())]
 
 
 def _bool_spelling(
@@ -110,14 +173,17 @@ def _bool_spelling(
     raise click.UsageError(f"{option.opts[0]} cannot be set to false")
 
 
-def version_option(tool: str) -> Callable[[F], F]:
-    """`-version` / `--version`: prints `<tool> v<version>` like the Go tools."""
+def version_option(tool: str, go_has_it: bool = True) -> Callable[[F], F]:
+    """`-version` / `--version`: prints `<tool> v<version>` like the Go tools (to_nsq
+    has none: `go_has_it` False shows ours among the other options)."""
+    grouping: dict[str, Any] = {} if go_has_it else {"cls": GroupedOption, "help_group": OTHER}
     return click.version_option(
         __version__,
         "-version",
         "--version",
         message=f"{tool} v%(version)s",
         help="Print the version and exit.",
+        **grouping,
     )
 
 
@@ -140,7 +206,8 @@ def debug_requested(argv: Sequence[str]) -> bool:
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    """End the command with one line on stderr."""
+    """End the command with one line on stderr: for a check of values that fails (exit 1,
+    as Go's log.Fatal) and for a runtime failure."""
     raise CommandFailed(message, code)
 
 

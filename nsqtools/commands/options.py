@@ -1,21 +1,31 @@
 """Options every command shares, defined once, and the settings they build.
 
-Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_LOOKUPD_HTTP_ADDRESS), the go-nsq
+Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_LOOKUPD_HTTP_ADDRESS, which an address
+flag of either kind replaces), integers read as Go reads them, the go-nsq
 `--consumer-opt`/`--producer-opt` passthrough, first-class TLS, compression and AUTH
-options (the secret also from NSQ_AUTH_SECRET or a file, so it never shows in `ps`),
-and logging. First-class options win over the passthrough, which wins over defaults.
+options (the secret also from NSQ_AUTH_SECRET or a file, so it never shows in `ps`), and
+logging. First-class options win over the passthrough, which wins over defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from nsqtools import __version__
-from nsqtools.commands.front import LOG_LEVELS
+from nsqtools.commands.front import (
+    LOG_LEVELS,
+    LOGGING,
+    OUTPUT,
+    TLS_AND_AUTH,
+    fail,
+    grouped_option,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +50,52 @@ class GoDuration(click.ParamType[float]):
 
 DURATION = GoDuration()
 
+_GO_BASE_PREFIXES = {"0b": 2, "0o": 8, "0x": 16}
+_GO_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+_GO_INT64 = range(-(2**63), 2**63)
+_GO_PREFIX = re.compile(r"^0[box]", re.IGNORECASE)
+
+
+class GoInt(click.IntRange):
+    """An integer as Go's flag package reads it, strconv.ParseInt(s, 0, 64): 010 is 8,
+    0x10 is 16, 0o and 0b prefixes too, and `_` between digits; with optional bounds."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                value = parse_go_int(value)
+            except ValueError as error:
+                self.fail(str(error), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def parse_go_int(text: str) -> int:
+    """strconv.ParseInt(text, 0, 64): an optional sign, then a base prefix, or 0 for
+    octal; `_` only between digits (a prefix counts as one); nothing else, no spaces."""
+    sign, number = (text[:1], text[1:]) if text[:1] in ("+", "-") else ("", text)
+    base, digits = _go_base(number)
+    if "_" in number and not re.fullmatch(r"[^_]+(_[^_]+)*", _GO_PREFIX.sub("0", number)):
+        raise ValueError(f"{text!r} is not a valid integer: misplaced _")
+    digits = digits.replace("_", "")
+    if number != "0" and not (digits and all(digit in _GO_DIGITS[base] for digit in digits)):
+        raise ValueError(f"{text!r} is not a valid integer")
+    value = int(sign + (digits or "0"), base)
+    if value not in _GO_INT64:
+        raise ValueError(f"{text!r} is out of range")
+    return value
+
+
+def _go_base(number: str) -> tuple[int, str]:
+    """The base a number is written in, and its digits after the prefix."""
+    prefix = number[:2].lower()
+    if prefix in _GO_BASE_PREFIXES and len(number) > 2:
+        return _GO_BASE_PREFIXES[prefix], number[2:]
+    if number.startswith("0"):
+        return 8, number[1:]
+    return 10, number
+
 
 def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     def apply(function: F) -> F:
@@ -50,10 +106,28 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+ADDRESS_PARAMS = frozenset({"nsqd_tcp_addresses", "lookupd_http_addresses"})
+
+
+class AddressOption(click.Option):
+    """An address option whose environment variable counts only when no address flag of
+    either kind is given: NSQ_NSQD_TCP_ADDRESS must not clash with --lookupd-http-address
+    (nor NSQ_LOOKUPD_HTTP_ADDRESS with --nsqd-tcp-address), as Go reads no environment."""
+
+    def consume_value(
+        self, ctx: click.Context, opts: Mapping[str, Any]
+    ) -> tuple[Any, ParameterSource]:
+        value, source = super().consume_value(ctx, opts)
+        if source is ParameterSource.ENVIRONMENT and not ADDRESS_PARAMS.isdisjoint(opts):
+            return (), ParameterSource.DEFAULT
+        return value, source
+
+
 def nsqd_addresses(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--nsqd-tcp-address",
         "nsqd_tcp_addresses",
+        cls=AddressOption,
         multiple=True,
         envvar="NSQ_NSQD_TCP_ADDRESS",
         metavar="HOST:PORT",
@@ -67,6 +141,7 @@ def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F
         click.option(
             "--lookupd-http-address",
             "lookupd_http_addresses",
+            cls=AddressOption,
             multiple=True,
             envvar="NSQ_LOOKUPD_HTTP_ADDRESS",
             metavar="HOST:PORT",
@@ -90,35 +165,53 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
             help="go-nsq option to pass through (may be given multiple times), e.g. "
             "max_attempts,10 or snappy (a bare key means true).",
         ),
-        click.option("--tls", "tls_v1", is_flag=True, default=None, help="Connect with TLS."),
-        click.option(
-            "--tls-root-ca-file", metavar="FILE", help="CA file to verify nsqd with (enables TLS)."
+        grouped_option(
+            TLS_AND_AUTH, "--tls", "tls_v1", is_flag=True, default=None, help="Connect with TLS."
         ),
-        click.option(
-            "--tls-cert", metavar="FILE", help="Client certificate for TLS (enables TLS)."
+        grouped_option(
+            TLS_AND_AUTH,
+            "--tls-root-ca-file",
+            metavar="FILE",
+            help="CA file to verify nsqd with (enables TLS).",
         ),
-        click.option("--tls-key", metavar="FILE", help="Client key for TLS."),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH,
+            "--tls-cert",
+            metavar="FILE",
+            help="Client certificate for TLS (enables TLS).",
+        ),
+        grouped_option(TLS_AND_AUTH, "--tls-key", metavar="FILE", help="Client key for TLS."),
+        grouped_option(
+            TLS_AND_AUTH,
             "--tls-insecure-skip-verify",
             is_flag=True,
             default=None,
             help="Do not verify nsqd's certificate (enables TLS).",
         ),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH,
             "--tls-min-version",
             type=click.Choice(["tls1.0", "tls1.1", "tls1.2", "tls1.3"]),
             help="Lowest TLS version to accept.",
         ),
-        click.option("--snappy", is_flag=True, default=None, help="Compress with snappy."),
-        click.option("--deflate", is_flag=True, default=None, help="Compress with deflate."),
-        click.option("--deflate-level", type=click.IntRange(1, 9), help="Deflate level (1..9)."),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH, "--snappy", is_flag=True, default=None, help="Compress with snappy."
+        ),
+        grouped_option(
+            TLS_AND_AUTH, "--deflate", is_flag=True, default=None, help="Compress with deflate."
+        ),
+        grouped_option(
+            TLS_AND_AUTH, "--deflate-level", type=GoInt(1, 9), help="Deflate level (1..9)."
+        ),
+        grouped_option(
+            TLS_AND_AUTH,
             "--auth-secret",
             envvar="NSQ_AUTH_SECRET",
             metavar="SECRET",
             help="Secret for nsqd's AUTH (better: NSQ_AUTH_SECRET or --auth-secret-file).",
         ),
-        click.option(
+        grouped_option(
+            TLS_AND_AUTH,
             "--auth-secret-file",
             type=click.Path(dir_okay=False, path_type=Path),
             help="Read the AUTH secret from this file (first line).",
@@ -128,20 +221,28 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
 
 def logging_options(tool: str) -> Callable[[F], F]:
     return _stack(
-        click.option(
+        grouped_option(
+            LOGGING,
             "--log-level",
             type=click.Choice(LOG_LEVELS),
             default="info",
             show_default=True,
             help="Log level.",
         ),
-        click.option(
-            "--log-prefix", default=f"[{tool}] ", show_default=True, help="Log line prefix."
+        grouped_option(
+            LOGGING,
+            "--log-prefix",
+            default=f"[{tool}] ",
+            show_default=True,
+            help="Log line prefix.",
         ),
-        click.option(
-            "--no-color", is_flag=True, help="No colors, even on a terminal (or set NO_COLOR)."
+        grouped_option(
+            OUTPUT,
+            "--no-color",
+            is_flag=True,
+            help="No colors, even on a terminal (or set NO_COLOR).",
         ),
-        click.option("--debug", is_flag=True, hidden=True, help="Show tracebacks."),
+        grouped_option(LOGGING, "--debug", is_flag=True, hidden=True, help="Show tracebacks."),
     )
 
 
@@ -193,9 +294,9 @@ def _auth_secret(options: dict[str, Any]) -> str:
 def check_one_address_kind(nsqd: Sequence[str], lookupd: Sequence[str]) -> None:
     """Consumers take nsqd addresses or lookupd addresses: exactly one kind."""
     if nsqd and lookupd:
-        raise click.UsageError("use --nsqd-tcp-address or --lookupd-http-address, not both")
+        fail("use --nsqd-tcp-address or --lookupd-http-address, not both")
     if not nsqd and not lookupd:
-        raise click.UsageError("--nsqd-tcp-address or --lookupd-http-address is required")
+        fail("--nsqd-tcp-address or --lookupd-http-address is required")
 
 
 def check_addresses(addresses: Sequence[str], option: str) -> None:
@@ -207,4 +308,4 @@ def check_addresses(addresses: Sequence[str], option: str) -> None:
         try:
             split_address(address)
         except AddressError as error:
-            raise click.UsageError(f"{option}: {error}") from None
+            fail(f"{option}: {error}")

@@ -21,15 +21,18 @@ import click
 
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
+    OUTPUT,
     GoFlagsCommand,
     configure_logging,
     fail,
+    grouped_option,
     run,
     tune_gc_for_throughput,
     version_option,
 )
 from nsqtools.commands.options import (
     DURATION,
+    GoInt,
     check_addresses,
     connection_options,
     logging_options,
@@ -48,7 +51,7 @@ TOOL = "to_nsq"
 PROGRESS_INTERVAL = 0.5
 
 
-@click.command("pub", cls=GoFlagsCommand, context_settings=CONTEXT_SETTINGS)
+@click.command("pub", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
 @click.argument(
     "files",
     nargs=-1,
@@ -64,21 +67,23 @@ PROGRESS_INTERVAL = 0.5
 )
 @click.option(
     "--rate",
-    type=click.IntRange(min=0),
+    type=GoInt(min=0),
     default=0,
     show_default=True,
     help="Throttle messages to n/second. 0 to disable.",
 )
-@click.option(
-    "--defer", type=DURATION, help="Deliver each message after this delay (DPUB), e.g. 30s."
+@grouped_option(
+    OUTPUT, "--defer", type=DURATION, help="Deliver each message after this delay (DPUB), e.g. 30s."
 )
-@click.option(
+@grouped_option(
+    OUTPUT,
     "--failed-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write every record not acknowledged by every nsqd here, delimited as read, so "
     "that `to_nsq ... < FILE` completes the job (emptied at start).",
 )
-@click.option(
+@grouped_option(
+    OUTPUT,
     "--reconnect-timeout",
     type=DURATION,
     default="2m",
@@ -88,7 +93,7 @@ PROGRESS_INTERVAL = 0.5
 )
 @connection_options("producer-opt")
 @logging_options(TOOL)
-@version_option(TOOL)
+@version_option(TOOL, go_has_it=False)
 def command(files: tuple[Path, ...], **options: Any) -> None:
     """Publish records read from stdin, or from FILES ("-" is stdin), to a topic."""
     from nsqtools.commands.options import build_config
@@ -97,16 +102,16 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
 
     topic = options["topic"]
     if not topic:
-        raise click.UsageError("--topic required")
+        fail("--topic required")
     addresses = list(options["nsqd_tcp_addresses"])
     if not addresses:
-        raise click.UsageError("--nsqd-tcp-address required")
+        fail("--nsqd-tcp-address required")
     check_addresses(addresses, "--nsqd-tcp-address")
     try:
         check_topic(topic)
         delimiter = parse_delimiter(options["delimiter"])
     except (LocalProtocolError, DelimiterError) as error:
-        raise click.UsageError(str(error)) from None
+        fail(str(error))
     sources = files or (Path("-"),)
     config = build_config(TOOL, options)
     configure_logging(options["log_level"], options["log_prefix"])

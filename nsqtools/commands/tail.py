@@ -17,13 +17,17 @@ import click
 
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
+    OUTPUT,
     GoFlagsCommand,
     configure_logging,
+    fail,
+    grouped_option,
     run,
     tune_gc_for_throughput,
     version_option,
 )
 from nsqtools.commands.options import (
+    GoInt,
     check_addresses,
     check_one_address_kind,
     connection_options,
@@ -59,7 +63,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
 
     topics = list(options["topics"])
     if not topics:
-        raise click.UsageError("--topic required")
+        fail("--topic required")
     nsqd, lookupd = list(options["nsqd_tcp_addresses"]), list(options["lookupd_http_addresses"])
     check_one_address_kind(nsqd, lookupd)
     check_addresses(nsqd, "--nsqd-tcp-address")
@@ -70,7 +74,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
             check_topic(topic)
         check_channel(channel)
     except LocalProtocolError as error:
-        raise click.UsageError(str(error)) from None
+        fail(str(error))
     total = options["total"]
     max_in_flight = options["max_in_flight"]
     if 0 < total < max_in_flight:
@@ -98,28 +102,29 @@ def _check_format(output_format: str) -> None:
     try:
         Template(output_format)
     except FormatError as error:
-        raise click.UsageError(f"--format: {error}") from None
+        fail(f"--format: {error}")
 
 
-@click.command("tail", cls=GoFlagsCommand, context_settings=CONTEXT_SETTINGS)
+@click.command("tail", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
 @click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
 @click.option("--channel", help="NSQ channel  [default: tail<6 random digits>#ephemeral]")
 @click.option(
     "-n",
     "total",
-    type=click.IntRange(min=0),
+    type=GoInt(min=0),
     default=0,
     help="Total messages to show across all topics, then exit; waits if starved (0: no limit).",
 )
 @click.option(
     "--max-in-flight",
-    type=click.IntRange(min=0),
+    type=GoInt(min=0),
     default=200,
     show_default=True,
     help="Max number of messages to allow in flight.",
 )
 @click.option("--print-topic", is_flag=True, help="Print the topic name before each message.")
-@click.option(
+@grouped_option(
+    OUTPUT,
     "--format",
     "output_format",
     default="raw",
