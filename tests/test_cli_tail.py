@@ -298,7 +298,7 @@ def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None
             "unknown option",
         ),
         (["--topic=t", "--nsqd-tcp-address=a:1", "--no-such-flag"], 2, "No such option"),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "-n", "-3"], 2, "-n"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "-n", "1.5"], 2, "-n"),
         (["--topic=t", "--nsqd-tcp-address=a:1", "-print-topic=maybe"], 2, "invalid boolean value"),
         (
             ["--topic=t", "--nsqd-tcp-address=a:1", "--format={nope}"],
@@ -325,6 +325,21 @@ def test_bad_input_is_one_line_and_the_right_exit(args: list[str], code: int, me
     assert lines[0].startswith("nsq_tail: error: ")
     assert message in lines[0]
     assert result.stdout == b""
+
+
+def test_a_negative_n_is_no_limit_as_in_go(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, [b"%d" % index for index in range(5)])
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "-3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    printed = [process.stdout.readline() for _ in range(5)]
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=15)
+    assert process.returncode == 0, stderr
+    assert sorted(printed) == [b"%d\n" % index for index in range(5)]
 
 
 def test_version() -> None:

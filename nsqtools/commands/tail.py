@@ -75,7 +75,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
         check_channel(channel)
     except LocalProtocolError as error:
         fail(str(error))
-    total = options["total"]
+    total = max(options["total"], 0)  # Go's: a negative -n is no limit, as 0 is
     max_in_flight = options["max_in_flight"]
     if 0 < total < max_in_flight:
         max_in_flight = total  # don't ask for more messages than we want
@@ -111,9 +111,10 @@ def _check_format(output_format: str) -> None:
 @click.option(
     "-n",
     "total",
-    type=GoInt(min=0),
+    type=GoInt(),
     default=0,
-    help="Total messages to show across all topics, then exit; waits if starved (0: no limit).",
+    help="Total messages to show across all topics, then exit; waits if starved "
+    "(0 or less: no limit).",
 )
 @click.option(
     "--max-in-flight",
