@@ -8,13 +8,14 @@ in flight) are the proof of what became of each message.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
 from typing import Any
 
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.runtime.consuming import ConsumeSettings, RunSummary, run_consumers
+from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
 from nsqtools.runtime.relay import PublishSink
 from nsqtools.runtime.sinks import Delivery, Sink
 from nsqtools.testing import Nsqd, wait_until
@@ -92,10 +93,10 @@ class Recorder:
             delivery.done()
 
 
-async def run_until(sink: Sink, consume: ConsumeSettings, enough: trio.Event) -> RunSummary:
+async def run_until(sink: Sink, consume: ConsumeSettings, enough: trio.Event) -> RunCounters:
     """Run the consumers into the sink until `enough` is set, then stop as a signal would."""
     async with trio.open_nursery() as nursery:
-        summary: list[RunSummary] = []
+        summary: list[RunCounters] = []
 
         async def run() -> None:
             summary.append(await run_consumers(consume, lambda topic: sink))
@@ -237,3 +238,30 @@ async def test_a_topic_that_appears_while_running_is_consumed(nsqd: Nsqd) -> Non
             await sink.enough_seen.wait()
         signal.raise_signal(signal.SIGINT)
     assert sink.done == [b"one", b"two"]
+
+
+async def test_sighup_goes_to_who_wants_it_and_counters_are_live(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies(10))
+    sink = Recorder(enough=10)
+    hangups: list[int] = []
+    counters = RunCounters()
+    consume = settings(nsqd)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            functools.partial(
+                run_consumers,
+                consume,
+                lambda topic: sink,
+                on_hangup=lambda: hangups.append(1),
+                counters=counters,
+            )
+        )
+        with trio.fail_after(10):
+            await sink.enough_seen.wait()
+        assert counters.delivered == 10  # while the run goes on
+        signal.raise_signal(signal.SIGHUP)
+        with trio.fail_after(10):
+            while not hangups:
+                await trio.sleep(0.01)
+        signal.raise_signal(signal.SIGINT)
+    assert hangups == [1]

@@ -12,6 +12,7 @@ stop. A sink failure requeues the delivery with backoff and the run goes on.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -52,8 +53,8 @@ class ConsumeSettings:
 
 
 @dataclass
-class RunSummary:
-    """How a run ended."""
+class RunCounters:
+    """What a run has done so far (for status lines), and how it ended."""
 
     sink_closed: bool = False  # a sink's output went away (a closed pipe)
     delivered: int = 0  # messages handed to sinks (again, after a failure)
@@ -87,14 +88,20 @@ async def run_consumers(
     settings: ConsumeSettings,
     sink_for: Callable[[str], Sink],
     find_topics: TopicFinder | None = None,
-) -> RunSummary:
+    *,
+    on_hangup: Callable[[], None] | None = None,
+    counters: RunCounters | None = None,
+) -> RunCounters:
     """Consume every topic into the sink sink_for(topic) gives, until stopped.
 
     With find_topics, the topics it returns (polled every settings.topic_refresh) are
-    consumed too as they appear: topics created while the run goes on."""
-    run = _Run(settings, sink_for, find_topics)
-    await run.run()
-    return run.summary
+    consumed too as they appear: topics created while the run goes on. on_hangup, if
+    given, is called on each SIGHUP (else SIGHUP keeps its default: the process ends, as
+    Go's tools do). counters, if given, is kept up to date as the run goes (status lines).
+    """
+    run = _Run(settings, sink_for, find_topics, counters or RunCounters())
+    await run.run(on_hangup)
+    return run.counters
 
 
 class _Run:
@@ -103,19 +110,22 @@ class _Run:
         settings: ConsumeSettings,
         sink_for: Callable[[str], Sink],
         find_topics: TopicFinder | None,
+        counters: RunCounters,
     ) -> None:
         self.settings = settings
         self.sink_for = sink_for
         self.find_topics = find_topics
         self.budget = Budget(settings.total)
-        self.summary = RunSummary()
+        self.counters = counters
         self.consumers: dict[str, Consumer] = {}
         self.stopped = trio.Event()
         self.drains: list[trio.CancelScope] = []  # a stop gives each a grace, then cancels
 
-    async def run(self) -> None:
+    async def run(self, on_hangup: Callable[[], None] | None) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(watch_signals, self._stop_on_signal)
+            nursery.start_soon(
+                functools.partial(watch_signals, self._stop_on_signal, hangup=on_hangup)
+            )
             async with trio.open_nursery() as topics:
                 for topic in self.settings.topics:
                     # One at a time: a refused address or a TLS failure raises here.
@@ -177,18 +187,18 @@ class _Run:
             # Not output: not part of -n, and the consumer may deliver them again.
             self.budget.give_back(delivery.count)
             consumer.give_back(delivery.count)
-            self.summary.failed += delivery.count
+            self.counters.failed += delivery.count
 
         async for batch in consumer:
             count = self._within_budget(batch)
             if count:
                 delivery = Delivery(consumer.topic, batch, count, failed)
-                self.summary.delivered += count
+                self.counters.delivered += count
                 try:
                     await sink.accept(delivery)
                 except SinkClosed:
                     delivery.failed(backoff=False)
-                    self.summary.sink_closed = True
+                    self.counters.sink_closed = True
                     self.stop()
                     return
                 except (OSError, NsqError) as error:
