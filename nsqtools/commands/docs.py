@@ -5,7 +5,8 @@ tool of SUBCOMMANDS under its Go name) a roff page in section 1, and completion 
 for bash, zsh and fish made by click's own shell-completion support.
 
 `python -m nsqtools.commands.docs` rewrites the files that changed and removes those no
-program makes any more; `--check` only compares and exits 1 when anything drifted.
+program makes any more; `--check` only compares and exits 1 when anything drifted. The
+files live in a checkout of nsqtools: an installed package needs `--root` to one.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import click
 from click.shell_completion import BashComplete, FishComplete, ShellComplete, ZshComplete
 
 from nsqtools import __version__
+from nsqtools.checkout import source_checkout
 from nsqtools.commands import SUBCOMMANDS, group
 from nsqtools.commands.front import EXIT_FAILURE, EXIT_USAGE, GoFlagsCommand
 from nsqtools.commands.options import AddressOption
 
-ROOT = Path(__file__).resolve().parents[2]
 GENERATED_DIRS = ("man", "completions")
 KEPT = "README.md"  # the one hand-written file in each generated folder
 REGENERATE = "python -m nsqtools.commands.docs"
@@ -361,11 +362,16 @@ def _see_also(program: Program, everything: Sequence[Program]) -> str:
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
-    default=ROOT,
+    default=source_checkout,
     help="Project folder holding man/ and completions/  [default: this checkout]",
 )
-def command(check: bool, root: Path) -> None:
+def command(check: bool, root: Path | None) -> None:
     """Generate man/ and completions/ from the click commands."""
+    if root is None:
+        raise click.UsageError(
+            "nsqtools runs from an installed package, not a checkout: "
+            "pass --root with the checkout that holds man/ and completions/"
+        )
     files = generate()
     if not check:
         for change in write(root, files):

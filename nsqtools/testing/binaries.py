@@ -1,7 +1,8 @@
 """Where the NSQ v1.3.0 binaries built by scripts/install-nsq live, and running them.
 
-Lookup order: $NSQ_BIN_DIR, then the repository's git-ignored .nsq/bin, then PATH.
-A missing binary is an error (NsqNotInstalled), never a reason to skip a test.
+Lookup order: $NSQ_BIN_DIR, then the checkout's git-ignored .nsq/bin (when nsqtools runs
+from a checkout, not from a wheel), then PATH. A missing binary is an error
+(NsqNotInstalled) that says where it looked, never a reason to skip a test.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BIN_DIR = REPO_ROOT / ".nsq" / "bin"
+from nsqtools.checkout import source_checkout
+
+CHECKOUT = source_checkout()
+DEFAULT_BIN_DIR = CHECKOUT / ".nsq" / "bin" if CHECKOUT else None
 
 GO_TOOLS = ("nsq_tail", "nsq_to_file", "nsq_to_http", "nsq_to_nsq", "to_nsq", "nsq_stat")
 
@@ -24,17 +27,22 @@ class NsqNotInstalled(RuntimeError):
 
 def find_binary(name: str) -> Path:
     """Return the path of an NSQ binary such as "nsqd" or "nsq_tail"."""
-    candidates = []
-    if env_dir := os.environ.get("NSQ_BIN_DIR"):
-        candidates.append(Path(env_dir) / name)
-    candidates.append(DEFAULT_BIN_DIR / name)
-    for candidate in candidates:
+    folders = _bin_dirs()
+    for candidate in (folder / name for folder in folders):
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
     if on_path := shutil.which(name):
         return Path(on_path)
-    searched = ", ".join(str(c.parent) for c in candidates)
-    raise NsqNotInstalled(f"{name} not found in {searched} or PATH; run scripts/install-nsq")
+    searched = "".join(f"{folder}, " for folder in folders)
+    raise NsqNotInstalled(
+        f"{name} not found in {searched}PATH; run scripts/install-nsq in a checkout of "
+        "nsqtools, or set NSQ_BIN_DIR to a folder holding NSQ v1.3.0's binaries"
+    )
+
+
+def _bin_dirs() -> list[Path]:
+    env_dir = os.environ.get("NSQ_BIN_DIR")
+    return [Path(folder) for folder in (env_dir, DEFAULT_BIN_DIR) if folder]
 
 
 def run_go_tool(
