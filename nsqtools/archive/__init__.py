@@ -1,0 +1,13 @@
+"""Archives of topics on disk: what nsq_to_file writes, and reads back after a crash.
+
+Between the commands and the runtime: the commands parse flags and build settings; the
+archive sink (a runtime Sink) writes each topic's messages to files and settles them
+only once the file holding them is synced. It owns:
+
+- names.py: the filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>), Go's
+  strftime, and the rule that no name leaves the output (or work) directory;
+- recovery.py: files a crash left behind, cut back to their last complete record or
+  gzip member;
+- placing.py: moving a finished file into the output directory without ever
+  overwriting, across filesystems too.
+"""
