@@ -5,6 +5,8 @@ Contenders, each on its own channel of the same topic (so each sees all N messag
   - ours: nsqtools.consumer in this process, bodies written to /dev/null, every message FIN'd;
   - bare: a minimal blocking-socket loop with no library (SUB, RDY, parse, FIN): the ceiling
     of what nsqd delivers here to a Python consumer that does nothing else;
+  - trio: the same bare loop on trio's non-blocking sockets (epoll): the ceiling for any
+    consumer built on trio, ours included;
   - tail: our nsq_tail program with -n N, stdout to /dev/null: the runtime and the command
     on top of the library (issue 9: at least 0.9 of ours).
 All use max_in_flight 200 (nsq_tail's default) unless --max-in-flight says otherwise.
@@ -36,6 +38,7 @@ from nsqtools.testing import Nsqd, find_binary
 
 TOPIC = "bench"
 BODY_SIZE = 100
+RECEIVE_SIZE = 256 * 1024  # as nsqtools.transport.conn reads
 TAIL = str(Path(sys.executable).parent / "nsq_tail")
 
 
@@ -91,36 +94,63 @@ def run_ours(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
     return trio.run(drain)
 
 
+_FRAME_HEADER = struct.Struct(">II")
+
+
+def take_message_ids(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The bare loops' parse: the ids of the whole message frames, and the rest."""
+    pos, ids = 0, []
+    while len(buffer) - pos >= 8:
+        size, frame_type = _FRAME_HEADER.unpack_from(buffer, pos)
+        end = pos + 4 + size
+        if end > len(buffer):
+            break
+        if frame_type == 2:
+            ids.append(buffer[pos + 18 : pos + 34])
+        pos = end
+    return ids, buffer[pos:]
+
+
+def subscribe(channel: str, max_in_flight: int) -> bytes:
+    return commands.MAGIC_V2 + commands.sub(TOPIC, channel) + commands.rdy(max_in_flight)
+
+
 def run_bare(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
     host, port = nsqd.tcp_address.rsplit(":", 1)
     started = time.perf_counter()
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(commands.MAGIC_V2 + commands.sub(TOPIC, channel) + commands.rdy(max_in_flight))
-        buffer = b""
-        received = 0
-        header = struct.Struct(">II")
+        sock.sendall(subscribe(channel, max_in_flight))
+        buffer, received = b"", 0
         while received < count:
-            buffer += sock.recv(256 * 1024)
-            pos, ids = 0, []
-            while len(buffer) - pos >= 8:
-                size, frame_type = header.unpack_from(buffer, pos)
-                end = pos + 4 + size
-                if end > len(buffer):
-                    break
-                if frame_type == 2:
-                    ids.append(buffer[pos + 18 : pos + 34])
-                pos = end
-            buffer = buffer[pos:]
+            ids, buffer = take_message_ids(buffer + sock.recv(RECEIVE_SIZE))
             received += len(ids)
             if ids:
                 sock.sendall(commands.fin_many(ids))
     return time.perf_counter() - started
 
 
+def run_trio_bare(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
+    async def drain() -> float:
+        host, port = nsqd.tcp_address.rsplit(":", 1)
+        started = time.perf_counter()
+        async with await trio.open_tcp_stream(host, int(port)) as stream:
+            await stream.send_all(subscribe(channel, max_in_flight))
+            buffer, received = b"", 0
+            while received < count:
+                ids, buffer = take_message_ids(buffer + await stream.receive_some(RECEIVE_SIZE))
+                received += len(ids)
+                if ids:
+                    await stream.send_all(commands.fin_many(ids))
+        return time.perf_counter() - started
+
+    return trio.run(drain)
+
+
 CONTENDERS: dict[str, Callable[[Nsqd, str, int, int], float]] = {
     "go": run_go,
     "ours": run_ours,
     "bare": run_bare,
+    "trio": run_trio_bare,
     "tail": run_tail_ours,
 }
 
@@ -164,7 +194,9 @@ def main() -> None:
     print(
         f"ours/go = {medians['ours'] / medians['go']:.2f}x (target 4x); "
         f"ours/bare = {medians['ours'] / medians['bare']:.2f} of the bare-socket ceiling "
-        f"(target 0.85); tail/ours = {medians['tail'] / medians['ours']:.2f} (target 0.9)"
+        f"(target 0.85); ours/trio = {medians['ours'] / medians['trio']:.2f} of the "
+        f"bare loop on trio; trio/bare = {medians['trio'] / medians['bare']:.2f}; "
+        f"tail/ours = {medians['tail'] / medians['ours']:.2f} (target 0.9)"
     )
     startup = statistics.median(startups)
     drain_rate = args.messages / (args.messages / medians["tail"] - startup)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -189,6 +190,9 @@ class _Run:
             consumer.give_back(delivery.count)
             self.counters.failed += delivery.count
 
+        # Deliveries the sink has not settled yet, oldest first: while there are none (a
+        # sink that settles at once), a starved consumer has nothing to flush for.
+        unsettled: deque[Delivery] = deque()
         async for batch in consumer:
             count = self._within_budget(batch)
             if count:
@@ -204,9 +208,13 @@ class _Run:
                 except (OSError, NsqError) as error:
                     log.warning("%s: %d messages requeued: %s", consumer.topic, count, error)
                     delivery.failed()
+                if not delivery.settled:
+                    unsettled.append(delivery)
+            while unsettled and unsettled[0].settled:
+                unsettled.popleft()
             if self.budget.spent:
                 self.stop()
-            elif consumer.is_starved():
+            elif unsettled and consumer.is_starved():
                 await sink.flush()
 
     def _within_budget(self, batch: Batch) -> int:
