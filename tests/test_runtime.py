@@ -12,12 +12,13 @@ import functools
 import signal
 from typing import Any
 
+import pytest
 import trio
 
 from nsqtools.config import ClientConfig
 from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
 from nsqtools.runtime.relay import PublishSink
-from nsqtools.runtime.sinks import Delivery, Sink
+from nsqtools.runtime.sinks import Delivery, Sink, SinkFailed
 from nsqtools.testing import Nsqd, wait_until
 from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
 
@@ -265,3 +266,39 @@ async def test_sighup_goes_to_who_wants_it_and_counters_are_live(nsqd: Nsqd) -> 
                 await trio.sleep(0.01)
         signal.raise_signal(signal.SIGINT)
     assert hangups == [1]
+
+
+class Breaking(Recorder):
+    """A sink that holds deliveries and breaks at its first flush (a failed fsync)."""
+
+    async def flush(self) -> None:
+        raise SinkFailed("/archive/x.log: no space left on device")
+
+
+async def test_a_sink_that_breaks_ends_the_run_and_nothing_is_lost(nsqd: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies(100))
+    sink = Breaking(hold=True)
+    config = ClientConfig(max_in_flight=40)
+    with trio.fail_after(20), pytest.raises(SinkFailed, match="no space left"):
+        await run_consumers(settings(nsqd, config=config), lambda topic: sink)
+    assert sink.done == []
+    # Every message back in the channel: nothing FIN'd that the sink did not settle.
+    await trio.to_thread.run_sync(
+        wait_until, lambda: channel_counts(nsqd) == (100, 0), 10, "every message requeued"
+    )
+
+
+async def test_topics_are_found_at_once_not_after_a_refresh(nsqd: Nsqd) -> None:
+    nsqd.publish_many("found", [b"at once"])
+    sink = Recorder(enough=1)
+
+    async def find_topics() -> list[str]:
+        return ["found"]
+
+    consume = settings(nsqd, topics=[], topic_refresh=3600)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_consumers, consume, lambda topic: sink, find_topics)
+        with trio.fail_after(10):
+            await sink.enough_seen.wait()
+        signal.raise_signal(signal.SIGINT)
+    assert sink.done == [b"at once"]

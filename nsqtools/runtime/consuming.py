@@ -7,7 +7,8 @@ topic's sink as a Delivery, and flushes the sink when the consumer is starved (n
 sends nothing more until messages are answered) and every sink.flush_interval. The
 first SIGINT/SIGTERM, the budget spent or a sink closed for good stops every consumer:
 sinks get a last flush, and what no sink settled is requeued by the consumers' clean
-stop. A sink failure requeues the delivery with backoff and the run goes on.
+stop. A sink's passing failure (an OSError) requeues the delivery with backoff and the
+run goes on; a SinkFailed stops every consumer the same way, then ends the run with it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from nsqtools.config import ClientConfig
 from nsqtools.consumer import Batch, Consumer, open_consumer
 from nsqtools.errors import NsqError
 from nsqtools.runtime.signals import watch_signals
-from nsqtools.runtime.sinks import Delivery, Sink, SinkClosed
+from nsqtools.runtime.sinks import Delivery, Sink, SinkClosed, SinkFailed
 
 log = logging.getLogger("nsqtools.runtime")
 
@@ -95,13 +96,16 @@ async def run_consumers(
 ) -> RunCounters:
     """Consume every topic into the sink sink_for(topic) gives, until stopped.
 
-    With find_topics, the topics it returns (polled every settings.topic_refresh) are
-    consumed too as they appear: topics created while the run goes on. on_hangup, if
+    With find_topics, the topics it returns (at once, then every settings.topic_refresh)
+    are consumed too as they appear: topics created while the run goes on. on_hangup, if
     given, is called on each SIGHUP (else SIGHUP keeps its default: the process ends, as
     Go's tools do). counters, if given, is kept up to date as the run goes (status lines).
+    Raises SinkFailed, once every consumer has stopped, if a sink failed.
     """
     run = _Run(settings, sink_for, find_topics, counters or RunCounters())
     await run.run(on_hangup)
+    if run.failure is not None:
+        raise run.failure
     return run.counters
 
 
@@ -121,6 +125,7 @@ class _Run:
         self.consumers: dict[str, Consumer] = {}
         self.stopped = trio.Event()
         self.drains: list[trio.CancelScope] = []  # a stop gives each a grace, then cancels
+        self.failure: SinkFailed | None = None  # the first sink that failed, which ends the run
 
     async def run(self, on_hangup: Callable[[], None] | None) -> None:
         async with trio.open_nursery() as nursery:
@@ -148,21 +153,18 @@ class _Run:
                 await self._drain(consumer, self.sink_for(topic))
 
     async def _follow_new_topics(self, topics: trio.Nursery, find_topics: TopicFinder) -> None:
-        interval = self.settings.topic_refresh
-        while True:
-            with trio.move_on_after(interval):
-                await self.stopped.wait()
-            if self.stopped.is_set():
-                return
+        while not self.stopped.is_set():
             try:
                 found = await find_topics()
             except (OSError, NsqError) as error:
                 log.warning("looking for new topics: %s", error)
-                continue
+                found = []
             for topic in found:
                 if topic not in self.consumers and not self.stopped.is_set():
                     log.info("new topic %s: consuming it", topic)
                     await topics.start(self._consume, topic)
+            with trio.move_on_after(self.settings.topic_refresh):
+                await self.stopped.wait()
 
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
         settings = self.settings
@@ -178,10 +180,26 @@ class _Run:
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:
         async with trio.open_nursery() as nursery:
             if sink.flush_interval is not None:
-                nursery.start_soon(_flush_every, sink, sink.flush_interval)
+                nursery.start_soon(self._flush_every, sink, sink.flush_interval)
             await self._deliver_all(consumer, sink)
-            await sink.flush()
+            await self._flush(sink)
             nursery.cancel_scope.cancel()
+
+    async def _flush_every(self, sink: Sink, interval: float) -> None:
+        while True:
+            await trio.sleep(interval)
+            await self._flush(sink)
+
+    async def _flush(self, sink: Sink) -> None:
+        try:
+            await sink.flush()
+        except SinkFailed as error:
+            self._fail(error)
+
+    def _fail(self, error: SinkFailed) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.stop()
 
     async def _deliver_all(self, consumer: Consumer, sink: Sink) -> None:
         def failed(delivery: Delivery) -> None:
@@ -205,6 +223,10 @@ class _Run:
                     self.counters.sink_closed = True
                     self.stop()
                     return
+                except SinkFailed as error:
+                    delivery.failed(backoff=False)
+                    self._fail(error)
+                    return
                 except (OSError, NsqError) as error:
                     log.warning("%s: %d messages requeued: %s", consumer.topic, count, error)
                     delivery.failed()
@@ -215,7 +237,7 @@ class _Run:
             if self.budget.spent:
                 self.stop()
             elif unsettled and consumer.is_starved():
-                await sink.flush()
+                await self._flush(sink)
 
     def _within_budget(self, batch: Batch) -> int:
         """How many of the batch's messages are still within -n; the rest go back at once."""
@@ -233,9 +255,3 @@ class _Run:
         self.stop()
         for drain in self.drains:
             drain.deadline = trio.current_time() + STOP_GRACE
-
-
-async def _flush_every(sink: Sink, interval: float) -> None:
-    while True:
-        await trio.sleep(interval)
-        await sink.flush()

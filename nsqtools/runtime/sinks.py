@@ -24,6 +24,12 @@ class SinkClosed(Exception):
     """The sink's output went away for good (a closed pipe): stop, quietly."""
 
 
+class SinkFailed(Exception):
+    """The sink cannot go on (a full disk, a failed fsync): stop every consumer, requeue
+    what it holds, and end the run with this error. A failed sink raises it again on
+    every later call and settles nothing more."""
+
+
 class Delivery:
     """The first `count` messages of a batch from `topic`, for a sink to output.
 
@@ -72,7 +78,8 @@ class Sink(Protocol):
 
     async def accept(self, delivery: Delivery) -> None:
         """Take the delivery's messages; settle it now or later. May wait (back-pressure).
-        Raise SinkClosed if the output has gone away for good."""
+        Raise SinkClosed if the output has gone away for good, SinkFailed if it broke."""
 
     async def flush(self) -> None:
-        """Settle every delivery accepted so far (make the output durable first)."""
+        """Settle every delivery accepted so far (make the output durable first).
+        Raise SinkFailed if it cannot."""
