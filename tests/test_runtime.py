@@ -62,12 +62,12 @@ class Recorder:
         *,
         hold: bool = False,
         fail_first: int = 0,
-        flush_interval: float | None = None,
+        tick_interval: float | None = None,
         enough: int | None = None,
     ) -> None:
         self.hold = hold
         self.fail_first = fail_first
-        self.flush_interval = flush_interval
+        self.tick_interval = tick_interval
         self.enough = enough
         self.done: list[bytes] = []  # bodies settled done, in order
         self.held: list[Delivery] = []
@@ -92,6 +92,8 @@ class Recorder:
         for delivery in held:
             self.done.extend(delivery.bodies)
             delivery.done()
+
+    tick = flush
 
 
 async def run_until(sink: Sink, consume: ConsumeSettings, enough: trio.Event) -> RunCounters:
@@ -135,7 +137,7 @@ async def test_held_messages_are_fin_d_only_when_flushed(nsqd: Nsqd) -> None:
 
 async def test_a_sink_flushes_on_its_timer(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, bodies(10))
-    sink = Recorder(hold=True, flush_interval=0.05, enough=10)
+    sink = Recorder(hold=True, tick_interval=0.05, enough=10)
     config = ClientConfig(max_in_flight=1000)  # never starved: only the timer flushes
     consume = settings(nsqd, config=config)
     async with trio.open_nursery() as nursery:

@@ -189,7 +189,7 @@ class _StdoutSink:
     """Each delivery rendered and written to stdout, then done: written is durable
     enough for a terminal or a pipe. A closed pipe closes the sink."""
 
-    flush_interval: float | None = None
+    tick_interval: float | None = None
 
     def __init__(self, renderer: _Renderer, writer: StdoutWriter) -> None:
         self.renderer = renderer
@@ -208,6 +208,8 @@ class _StdoutSink:
 
     async def flush(self) -> None:
         """Nothing held: every delivery is done once written."""
+
+    tick = flush
 
 
 async def tail(settings: TailSettings) -> None:

@@ -4,7 +4,7 @@ run_consumers() opens a consumer per topic (and for topics that appear later, wh
 a way to find them) and, for each batch: keeps it within the -n
 budget shared by all topics (what is past it goes back at once), hands it to the
 topic's sink as a Delivery, and flushes the sink when the consumer is starved (nsqd
-sends nothing more until messages are answered) and every sink.flush_interval. The
+sends nothing more until messages are answered); it ticks it every sink.tick_interval. The
 first SIGINT/SIGTERM, the budget spent or a sink closed for good stops every consumer:
 sinks get a last flush, and what no sink settled is requeued by the consumers' clean
 stop. A sink's passing failure (an OSError) requeues the delivery with backoff and the
@@ -179,20 +179,20 @@ class _Run:
 
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:
         async with trio.open_nursery() as nursery:
-            if sink.flush_interval is not None:
-                nursery.start_soon(self._flush_every, sink, sink.flush_interval)
+            if sink.tick_interval is not None:
+                nursery.start_soon(self._tick_every, sink, sink.tick_interval)
             await self._deliver_all(consumer, sink)
             await self._flush(sink)
             nursery.cancel_scope.cancel()
 
-    async def _flush_every(self, sink: Sink, interval: float) -> None:
+    async def _tick_every(self, sink: Sink, interval: float) -> None:
         while True:
             await trio.sleep(interval)
-            await self._flush(sink)
+            await self._flush(sink, sink.tick)
 
-    async def _flush(self, sink: Sink) -> None:
+    async def _flush(self, sink: Sink, flush: Callable[[], Awaitable[None]] | None = None) -> None:
         try:
-            await sink.flush()
+            await (flush or sink.flush)()
         except SinkFailed as error:
             self._fail(error)
 

@@ -23,7 +23,7 @@ from nsqtools.runtime.sinks import Delivery
 class PublishSink:
     """Publishes each delivery's messages to `topic` (None: the topic they came from)."""
 
-    flush_interval: float | None = None
+    tick_interval: float | None = None
 
     def __init__(
         self,
@@ -61,6 +61,8 @@ class PublishSink:
     async def flush(self) -> None:
         """Wait until every message accepted has an outcome (and so every delivery too)."""
         await self.producer.flush()
+
+    tick = flush
 
     def _settle(self, outcome: Outcome) -> None:
         assert outcome.tokens is not None  # every put carries its delivery

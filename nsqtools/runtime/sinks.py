@@ -73,8 +73,8 @@ class Delivery:
 class Sink(Protocol):
     """Where a consuming tool puts the messages of one topic."""
 
-    # Seconds between flushes the runtime asks for (None: only when starved and at the end).
-    flush_interval: float | None
+    # Seconds between the runtime's calls of tick() (None: never).
+    tick_interval: float | None
 
     async def accept(self, delivery: Delivery) -> None:
         """Take the delivery's messages; settle it now or later. May wait (back-pressure).
@@ -83,3 +83,7 @@ class Sink(Protocol):
     async def flush(self) -> None:
         """Settle every delivery accepted so far (make the output durable first).
         Raise SinkFailed if it cannot."""
+
+    async def tick(self) -> None:
+        """Called every tick_interval: what the sink does on a timer (a file rotates by
+        time, then syncs); at least a flush."""
