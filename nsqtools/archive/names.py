@@ -11,12 +11,16 @@ the files an earlier run of the same format may have left behind.
 from __future__ import annotations
 
 import math
+import os
+import posixpath
 import re
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from functools import lru_cache
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 
@@ -334,3 +338,263 @@ def go_strftime(datetime_format: str, when: datetime) -> str:
         chunk if isinstance(chunk, str) else chunk.render(when)
         for chunk in _datetime_chunks(datetime_format)
     )
+
+
+# ---------------------------------------------------------------------------------------
+# The filename format
+
+# Stand-ins for values not known when a format is read as a pattern. No name holds a NUL
+# (build refuses one), so they cannot clash with the user's text.
+_TOPIC_MARK = "\x00T"
+_PID_MARK = "\x00P"
+_MAYBE_GZ_MARK = "\x00G"
+
+
+class _Var(Enum):
+    """A part of a name that differs between topics or runs: the regex of its values."""
+
+    TOPIC = "(?:[.a-zA-Z0-9_-]{1,64}|[.a-zA-Z0-9_-]{1,54}#ephemeral)"  # nsqd's rule
+    PID = "[1-9][0-9]*"
+    REV = "-(?:[0-9]{6}|[1-9][0-9]{6,})"
+    MAYBE_GZ = "(?:\\.gz)?"
+
+
+_VAR_OF_MARK = {
+    _TOPIC_MARK: _Var.TOPIC,
+    _PID_MARK: _Var.PID,
+    _MAYBE_GZ_MARK: _Var.MAYBE_GZ,
+    "<REV>": _Var.REV,
+}
+_MARKS = re.compile("(" + "|".join(map(re.escape, _VAR_OF_MARK)) + ")")
+NamePart = str | _Var | _Std
+# A topic for names that do not show theirs (any valid topic other than "." or "..").
+_ANY_TOPIC = "_"
+
+
+@dataclass(frozen=True)
+class FilenameFormat:
+    """--filename-format with the values fixed for this run: host, pid, <REV> or not, .gz.
+
+    One FilenameFormat serves every topic: stem() gives a topic's name at an instant with
+    <REV> still in it, relative_path() the path for one revision of it.
+    """
+
+    filename_format: str  # without <REV> when this run needs none, as Go does
+    datetime_format: str
+    host: str
+    pid: int
+    gzip: bool
+
+    @classmethod
+    def build(
+        cls,
+        filename_format: str,
+        *,
+        datetime_format: str,
+        host_identifier: str,
+        gzip: bool,
+        rev_required: bool,
+        pid: int | None = None,
+        hostname: str | None = None,
+    ) -> FilenameFormat:
+        """Go's computeFilenameFormat, but for every topic.
+
+        rev_required: gzip, rotation, or a work dir other than the output dir, which all
+        need <REV> to name a second file of the same stem.
+        """
+        texts = (filename_format, datetime_format, host_identifier)
+        if any("\x00" in text for text in texts):
+            raise BadName("file names cannot contain a NUL character")
+        if rev_required and "<REV>" not in filename_format:
+            raise BadName(
+                "--filename-format must contain <REV> with --gzip, --rotate-size, "
+                "--rotate-interval, or a --work-dir other than --output-dir"
+            )
+        if not rev_required:
+            filename_format = filename_format.replace("<REV>", "")
+        return cls(
+            filename_format=filename_format,
+            datetime_format=datetime_format,
+            host=_host(host_identifier, hostname or socket.gethostname()),
+            pid=os.getpid() if pid is None else pid,
+            gzip=gzip,
+        )
+
+    def stem(self, topic: str, when: datetime) -> str:
+        """Go's currentFilename for this topic: <REV> is still in it. Another stem than
+        the last one is what starts a new file at revision 0."""
+        name = self._before_datetime(topic, str(self.pid))
+        return name.replace("<DATETIME>", go_strftime(self.datetime_format, when))
+
+    def relative_path(self, stem: str, rev: int) -> PurePosixPath:
+        """The path, relative to the work or output dir, of this revision of the stem."""
+        return _inside(stem.replace("<REV>", f"-{rev:06d}"))
+
+    def check_topic(self, topic: str) -> None:
+        """Raise BadName if this topic's name would leave the directory (topic "..")."""
+        try:
+            self.relative_path(self.stem(topic, datetime.now().astimezone()), 0)
+        except BadName as error:
+            raise BadName(f"topic {topic!r}: {error}") from None
+
+    def leftovers(self, directory: Path) -> list[Path]:
+        """The files under directory that this format could have given in an earlier
+        run, whatever its topics, times, revisions and pid; nothing else, sorted.
+
+        A file whose path shows a topic is checked against the name rebuilt from that
+        topic. Two fields of one time are not checked against each other (an hour and
+        an AM/PM mark of another hour), nor names where a topic "." or ".." collapsed.
+        """
+        candidates = _Shape(self._parts(topic=None))
+        if not candidates.components:
+            return []
+        found: list[Path] = []
+        for path in _walk(directory, candidates.components):
+            relative = path.relative_to(directory).as_posix()
+            match = candidates.full.fullmatch(relative)
+            if match is None:
+                continue
+            topic = match.groupdict().get("topic", _ANY_TOPIC)
+            if _Shape(self._parts(topic)).full.fullmatch(relative):
+                found.append(path)
+        return sorted(found)
+
+    def _before_datetime(self, topic: str, pid: str) -> str:
+        """Go's replacements, in Go's order (a host identifier may hold <PID>)."""
+        name = self.filename_format.replace("<TOPIC>", topic)
+        name = name.replace("<HOST>", self.host).replace("<PID>", pid)
+        if self.gzip and not name.endswith(".gz"):
+            name += ".gz"
+        return name
+
+    def _parts(self, topic: str | None) -> list[NamePart]:
+        """The name as literal text and variable parts, for one topic or for any."""
+        if topic is None:
+            name = self._before_datetime(_TOPIC_MARK, _PID_MARK)
+            if self.gzip and name.endswith(".gz"):  # a topic ending in .gz stops Go adding it
+                name = name.removesuffix(".gz") + _MAYBE_GZ_MARK
+        else:
+            name = self._before_datetime(topic, _PID_MARK)
+        chunks: list[NamePart] = []
+        for index, piece in enumerate(name.split("<DATETIME>")):
+            if index:
+                chunks.extend(_datetime_chunks(self.datetime_format))
+            chunks.append(piece)
+        return _split_marks(_merge_text(chunks))
+
+
+def _host(host_identifier: str, hostname: str) -> str:
+    short = _short(hostname)
+    if not host_identifier:
+        return short
+    return host_identifier.replace("<SHORT_HOST>", short).replace("<HOSTNAME>", hostname)
+
+
+def _inside(name: str) -> PurePosixPath:
+    """name as Go's path.Join places it under a directory, refusing to leave it."""
+    normal = posixpath.normpath(name.lstrip("/") or ".")
+    if normal == ".":
+        raise BadName(f"--filename-format gives an empty file name ({name!r})")
+    if normal == ".." or normal.startswith("../"):
+        raise BadName(f"--filename-format gives {name!r}, a file outside its directory")
+    return PurePosixPath(normal)
+
+
+def _merge_text(parts: list[NamePart]) -> list[NamePart]:
+    """Adjacent text joined: Go replaces <REV> in the whole name, DATETIME's text too."""
+    merged: list[NamePart] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        elif part != "":
+            merged.append(part)
+    return merged
+
+
+def _split_marks(parts: list[NamePart]) -> list[NamePart]:
+    split: list[NamePart] = []
+    for part in parts:
+        if not isinstance(part, str):
+            split.append(part)
+            continue
+        for index, piece in enumerate(_MARKS.split(part)):
+            split.append(_VAR_OF_MARK[piece] if index % 2 else piece)
+    return [part for part in split if part != ""]
+
+
+class _Shape:
+    """A name's parts as a regex per path component (to walk) and for the whole path."""
+
+    def __init__(self, parts: list[NamePart]) -> None:
+        components = _normal_components(parts)
+        self.components = [re.compile(_regex(component, {})) for component in components]
+        groups: dict[object, str] = {}  # a value repeated in a name is the same each time
+        slash = re.escape("/")
+        self.full = re.compile(slash.join(_regex(component, groups) for component in components))
+
+
+def _normal_components(parts: list[NamePart]) -> list[list[NamePart]]:
+    """The parts cut at each '/', with empty, "." and ".." components resolved as Go's
+    path.Join does; none when the name leaves the directory."""
+    components: list[list[NamePart]] = [[]]
+    for part in parts:
+        if not isinstance(part, str):
+            components[-1].append(part)
+            continue
+        first, *rest = part.split("/")
+        components[-1].append(first)
+        components.extend([piece] for piece in rest)
+    resolved: list[list[NamePart]] = []
+    for component in (_merge_text(component) for component in components):
+        if component in ([], ["."]):
+            continue
+        if component == [".."]:
+            if not resolved:
+                return []
+            resolved.pop()
+            continue
+        resolved.append(component)
+    return resolved
+
+
+def _regex(parts: list[NamePart], groups: dict[object, str]) -> str:
+    """A regex for parts; with groups, each variable is captured once and repeated by
+    backreference (topic, pid and rev by those names)."""
+    return "".join(_part_regex(part, groups) for part in parts)
+
+
+def _part_regex(part: NamePart, groups: dict[object, str]) -> str:
+    if isinstance(part, str):
+        return re.escape(part)
+    pattern = part.value if isinstance(part, _Var) else part.pattern()
+    if part is _Var.MAYBE_GZ:
+        return pattern
+    if part in groups:
+        return f"(?P={groups[part]})"
+    name = part.name.lower() if isinstance(part, _Var) else f"time{len(groups)}"
+    groups[part] = name
+    return f"(?P<{name}>{pattern})"
+
+
+def _walk(directory: Path, components: list[re.Pattern[str]]) -> Iterator[Path]:
+    """The regular files under directory whose path matches one pattern per component:
+    only as deep as the name goes, and through real directories only, not symlinks."""
+    *folder_patterns, file_pattern = components
+    folders = [directory]
+    for pattern in folder_patterns:
+        folders = [found for folder in folders for found in _entries(folder, pattern, folders=True)]
+    for folder in folders:
+        yield from _entries(folder, file_pattern, folders=False)
+
+
+def _entries(folder: Path, pattern: re.Pattern[str], *, folders: bool) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [
+                Path(entry.path)
+                for entry in entries
+                if pattern.fullmatch(entry.name)
+                and (entry.is_dir if folders else entry.is_file)(follow_symlinks=False)
+            ]
+    except OSError:  # gone or unreadable: nothing a run of ours left there
+        return []
