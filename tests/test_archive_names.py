@@ -8,7 +8,9 @@ instants); one test runs Go's nsq_to_file itself and compares the file it makes.
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path, PurePosixPath
 from zoneinfo import ZoneInfo
@@ -16,6 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from nsqtools.archive.names import BadName, FilenameFormat, go_strftime, short_hostname
+from nsqtools.testing import Nsqd, find_binary, wait_until
 
 KATHMANDU = ZoneInfo("Asia/Kathmandu")  # +05:45, named "+0545"
 # A Thursday, the 64th day of the year, 14:07:09.1205 at +05:45.
@@ -356,3 +359,63 @@ def test_no_leftovers_where_no_name_can_be(tmp_path: Path) -> None:
     assert names("../<TOPIC>.log").leftovers(tmp_path / "sub") == []
     assert names("<TOPIC>.log").leftovers(tmp_path / "missing") == []
     assert names("a/../../x.log").leftovers(tmp_path / "a") == []
+
+
+# Every strftime directive and Go layout token whose value stays the same within an hour
+# (minutes are allowed for by trying the minute before and after).
+DIFFERENTIAL_DATETIME = (
+    "%Y %y %m %B %b %d %A %a %H %I %p %M %Z %z %% "
+    "Jan January Mon Monday 2006 06 01 02 _2 __2 002 1 2 3 03 15 4 04 PM pm MST "
+    "Z070000 Z07:00:00 Z0700 Z07:00 Z07 -070000 -07:00:00 -0700 -07:00 -07"
+)
+
+
+def test_gos_nsq_to_file_names_its_file_as_we_do(nsqd: Nsqd, tmp_path: Path) -> None:
+    topic = "names.diff"
+    nsqd.publish(topic, b"waiting")
+    output = tmp_path / "out"
+    options = {
+        "filename_format": "<TOPIC>/sub/<HOST>-<PID>/<DATETIME><REV>.log",
+        "datetime_format": DIFFERENTIAL_DATETIME,
+        "host_identifier": "x-<SHORT_HOST>",
+    }
+    go_flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+    before = datetime.now(KATHMANDU)
+    with (tmp_path / "nsq_to_file.log").open("wb") as log:
+        go = subprocess.Popen(
+            [str(find_binary("nsq_to_file")), f"--nsqd-tcp-address={nsqd.tcp_address}",
+             f"--topic={topic}", f"--output-dir={output}", "--gzip", *go_flags],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TZ": "Asia/Kathmandu"},
+        )  # fmt: skip
+    try:
+        wait_until(lambda: any(p.is_file() for p in output.rglob("*")), 15, "Go's file")
+        go.send_signal(signal.SIGTERM)
+        assert go.wait(timeout=15) == 0
+    finally:
+        go.kill()
+        go.wait()
+    after = datetime.now(KATHMANDU)
+    [made] = [path for path in output.rglob("*") if path.is_file()]
+
+    ours = our_format(**options, pid=go.pid)
+    expected = {
+        ours.relative_path(ours.stem(topic, when), 0)
+        for when in (before, after, before + (after - before) / 2)
+    }
+    assert PurePosixPath(made.relative_to(output).as_posix()) in expected
+    assert made.relative_to(output).parts[:3] == (topic, "sub", f"x-{short_hostname()}-{go.pid}")
+    # A run of ours (another pid) finds the file Go's run left as one it could have made.
+    assert our_format(**options, pid=None).leftovers(output) == [made]
+
+
+def our_format(
+    filename_format: str, datetime_format: str, host_identifier: str, pid: int | None
+) -> FilenameFormat:
+    return FilenameFormat.build(
+        filename_format,
+        datetime_format=datetime_format,
+        host_identifier=host_identifier,
+        gzip=True,
+        rev_required=True,
+        pid=pid,
+    )
