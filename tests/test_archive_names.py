@@ -338,6 +338,13 @@ def test_leftovers_of_a_format_with_empty_dot_and_dot_dot_components(tmp_path: P
     assert name_format.leftovers(tmp_path) == ours
 
 
+@pytest.mark.parametrize("filename_format", ["x.<PID>.log", "<TOPIC>/../x.<PID>.log"])
+def test_leftovers_of_a_format_that_shows_no_topic(tmp_path: Path, filename_format: str) -> None:
+    ours = make_files(tmp_path, "x.9.log")
+    make_files(tmp_path, "x.log", "t/x.9.log")
+    assert names(filename_format).leftovers(tmp_path) == ours
+
+
 def test_leftovers_keep_a_topic_the_same_wherever_it_appears(tmp_path: Path) -> None:
     name_format = names("<TOPIC>/<TOPIC>.<PID>.<PID>.log")
     ours = make_files(tmp_path, "a/a.1.1.log")

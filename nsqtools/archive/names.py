@@ -529,8 +529,7 @@ class _Shape:
         components = _normal_components(parts)
         self.components = [re.compile(_regex(component, {})) for component in components]
         groups: dict[object, str] = {}  # a value repeated in a name is the same each time
-        slash = re.escape("/")
-        self.full = re.compile(slash.join(_regex(component, groups) for component in components))
+        self.full = re.compile("/".join(_regex(component, groups) for component in components))
 
 
 def _normal_components(parts: list[NamePart]) -> list[list[NamePart]]:
