@@ -4,7 +4,8 @@ This package owns starting, stopping, killing and freezing real nsqd and nsqlook
 processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
 running the Go reference utilities side by side with ours, the faults every tool's
 tests reuse (a throttled, silent or cut link: proxy.py; a lookupd answering junk:
-junklookupd.py), and work bounds without timers (bytes allocated per step: work.py).
+junklookupd.py; a second filesystem, real or pretended: filesystems.py), and work
+bounds without timers (bytes allocated per step: work.py).
 Nothing here fakes nsqd.
 """
 
@@ -17,6 +18,7 @@ from nsqtools.testing.cluster import (
     TlsFiles,
     wait_until,
 )
+from nsqtools.testing.filesystems import links_cross_filesystems, other_filesystem
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from nsqtools.testing.proxy import LinkProxy
 from nsqtools.testing.work import AllocationMeter
@@ -33,6 +35,8 @@ __all__ = [
     "Nsqlookupd",
     "TlsFiles",
     "find_binary",
+    "links_cross_filesystems",
+    "other_filesystem",
     "run_go_tool",
     "wait_until",
 ]
