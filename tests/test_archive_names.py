@@ -1,5 +1,5 @@
-"""nsq_to_file's file names: Go's strftime, the filename format, the directory they may not
-leave, and finding what an earlier run left behind.
+"""nsq_to_file's file names: Go's strftime, the filename format, and the directory they may
+not leave.
 
 Expected texts come from Go (NSQ v1.3.0's strftime and Go's time.Format, run for these
 instants); one test runs Go's nsq_to_file itself and compares the file it makes.
@@ -265,109 +265,6 @@ def test_an_empty_name_is_a_bad_name(filename_format: str) -> None:
         path_of(names(filename_format), "t")
 
 
-def make_files(root: Path, *relative: str) -> list[Path]:
-    made = []
-    for name in relative:
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"")
-        made.append(path)
-    return made
-
-
-LONGEST_TOPIC = "t" * 54 + "#ephemeral"
-
-
-def test_leftovers_are_the_files_of_any_topic_time_rev_and_pid(tmp_path: Path) -> None:
-    """A /tmp-like folder: our files among those of everyone else."""
-    name_format = names(
-        "<TOPIC>.<HOST>.<PID><REV>.<DATETIME>.log", gzip=True, rev_required=True, pid=4242
-    )
-    earlier_run = names(
-        "<TOPIC>.<HOST>.<PID><REV>.<DATETIME>.log", gzip=True, rev_required=True, pid=7
-    )
-    ours = [
-        tmp_path / path_of(earlier_run, topic, rev)
-        for topic, rev in [("t", 0), ("..", 1), ("a.b_c-d", 1234567), (LONGEST_TOPIC, 2)]
-    ]
-    make_files(tmp_path, *(path.name for path in ours))
-    make_files(tmp_path, "t.box.4242-000000.1999-12-31_23.log.gz")
-    ours.append(tmp_path / "t.box.4242-000000.1999-12-31_23.log.gz")
-    make_files(
-        tmp_path,
-        "systemd-private-1234/tmp/t.box.7-000000.2026-11-22_00.log.gz",
-        "t.box.7-000000.2026-11-22_02.log.gz/inside-a-directory",
-        "t.other.7-000000.2026-11-22_00.log.gz",  # another host
-        "t.box.7-000000.2026-11-22_00.log",  # not gzipped
-        "t.box.07-000000.2026-11-22_00.log.gz",  # no pid starts with 0
-        "t.box.7-00000.2026-11-22_00.log.gz",  # five-digit rev
-        "t.box.7-000000.2026-13-22_00.log.gz",  # month 13
-        "t.box.7-000000.2026-11-22_24.log.gz",  # hour 24
-        "t x.box.7-000000.2026-11-22_00.log.gz",  # not a topic name
-        f"{'t' * 65}.box.7-000000.2026-11-22_00.log.gz",  # topic too long
-        f"{LONGEST_TOPIC}x.box.7-000000.2026-11-22_00.log.gz",
-        "t.box.7-000000.2026-11-22_00.log.gz.swp",
-        ".X11-unix/X0",
-    )
-    (tmp_path / "t.box.7-000000.2026-11-22_01.log.gz").symlink_to(ours[0])
-    assert name_format.leftovers(tmp_path) == sorted(ours)
-
-
-def test_leftovers_in_subdirectories_go_only_as_deep_as_the_format(tmp_path: Path) -> None:
-    name_format = names(
-        "<TOPIC>/<HOST>/<DATETIME><REV>.log", gzip=True, rev_required=True, datetime_format="%H"
-    )
-    ours = make_files(tmp_path, "t/box/00-000000.log.gz", "u#ephemeral/box/23-000003.log.gz")
-    make_files(
-        tmp_path,
-        "t/box/00-000000.log.gz.d/00-000000.log.gz",
-        "t/box/sub/00-000000.log.gz",
-        "t/other/00-000000.log.gz",
-        "t/00-000000.log.gz",
-        "t x/box/00-000000.log.gz",
-        "deep/t/box/00-000000.log.gz",
-    )
-    (tmp_path / "link").symlink_to(tmp_path / "t")
-    assert name_format.leftovers(tmp_path) == ours
-
-
-def test_leftovers_of_a_format_with_empty_dot_and_dot_dot_components(tmp_path: Path) -> None:
-    name_format = names("./<TOPIC>//./x/../<TOPIC>/.")
-    ours = make_files(tmp_path, "a/a")
-    make_files(tmp_path, "a/x/a", "a/b", "x/a")
-    assert name_format.leftovers(tmp_path) == ours
-
-
-@pytest.mark.parametrize("filename_format", ["x.<PID>.log", "<TOPIC>/../x.<PID>.log"])
-def test_leftovers_of_a_format_that_shows_no_topic(tmp_path: Path, filename_format: str) -> None:
-    ours = make_files(tmp_path, "x.9.log")
-    make_files(tmp_path, "x.log", "t/x.9.log")
-    assert names(filename_format).leftovers(tmp_path) == ours
-
-
-def test_leftovers_keep_a_topic_the_same_wherever_it_appears(tmp_path: Path) -> None:
-    name_format = names("<TOPIC>/<TOPIC>.<PID>.<PID>.log")
-    ours = make_files(tmp_path, "a/a.1.1.log")
-    make_files(tmp_path, "a/b.1.1.log", "a/a.1.2.log")
-    assert name_format.leftovers(tmp_path) == ours
-
-
-def test_leftovers_when_the_topic_decides_the_gz(tmp_path: Path) -> None:
-    """Go adds .gz unless the name already ends in it, maybe by its topic."""
-    name_format = names("<REV>/<TOPIC>", gzip=True, rev_required=True)
-    longest = "-000000/" + "t" * 62 + ".gz"  # topic "t" * 62, not the 65 characters
-    ours = make_files(tmp_path, "-000000/.gz", "-000000/x.gz", "-000000/x.gz.gz", longest)
-    make_files(tmp_path, "-000000/x", "-000000/" + "t" * 65 + ".gz")
-    assert name_format.leftovers(tmp_path) == sorted(ours)
-
-
-def test_no_leftovers_where_no_name_can_be(tmp_path: Path) -> None:
-    make_files(tmp_path, "x.log")
-    assert names("../<TOPIC>.log").leftovers(tmp_path / "sub") == []
-    assert names("<TOPIC>.log").leftovers(tmp_path / "missing") == []
-    assert names("a/../../x.log").leftovers(tmp_path / "a") == []
-
-
 # Every strftime directive and Go layout token whose value stays the same within an hour
 # (minutes are allowed for by trying the minute before and after).
 DIFFERENTIAL_DATETIME = (
@@ -411,12 +308,10 @@ def test_gos_nsq_to_file_names_its_file_as_we_do(nsqd: Nsqd, tmp_path: Path) -> 
     }
     assert PurePosixPath(made.relative_to(output).as_posix()) in expected
     assert made.relative_to(output).parts[:3] == (topic, "sub", f"x-{short_hostname()}-{go.pid}")
-    # A run of ours (another pid) finds the file Go's run left as one it could have made.
-    assert our_format(**options, pid=None).leftovers(output) == [made]
 
 
 def our_format(
-    filename_format: str, datetime_format: str, host_identifier: str, pid: int | None
+    filename_format: str, datetime_format: str, host_identifier: str, pid: int
 ) -> FilenameFormat:
     return FilenameFormat.build(
         filename_format,

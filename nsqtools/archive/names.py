@@ -3,9 +3,8 @@ that leaves the directory it is written to.
 
 Owns Go's strftime (a strftime subset turned into a Go time layout, then formatted by Go's
 time.Format, whose layout tokens therefore expand in literal text too), the filename
-format's tokens (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>, replaced in Go's order), the
-check that a topic such as ".." cannot place a file outside the directory, and finding
-the files an earlier run of the same format may have left behind.
+format's tokens (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>, replaced in Go's order), and the
+check that a topic such as ".." cannot place a file outside the directory.
 """
 
 from __future__ import annotations
@@ -15,12 +14,11 @@ import os
 import posixpath
 import re
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
 from functools import lru_cache
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Protocol
 
 
@@ -42,31 +40,20 @@ def _short(hostname: str) -> str:
 
 
 class _Std(Protocol):
-    """A layout token: what it prints for an instant, and a regex of all it can print."""
+    """A layout token: what it prints for an instant."""
 
     def render(self, when: datetime) -> str: ...
 
-    def pattern(self) -> str: ...
 
-
-def _alternatives(texts: Iterator[str]) -> str:
-    return "(?:" + "|".join(re.escape(text) for text in dict.fromkeys(texts)) + ")"
-
-
-@dataclass(frozen=True, eq=False)  # each token is one object; identity is its equality
+@dataclass(frozen=True)
 class _Field:
     """A calendar or clock field (month, day, hour...) and the way one token prints it."""
 
     value: Callable[[datetime], int]
     show: Callable[[int], str]
-    domain: range
-    regex: str | None = None  # for a domain too large to list
 
     def render(self, when: datetime) -> str:
         return self.show(self.value(when))
-
-    def pattern(self) -> str:
-        return self.regex or _alternatives(self.show(value) for value in self.domain)
 
 
 @dataclass(frozen=True)
@@ -95,12 +82,6 @@ class _Offset:
             text += f"{separator}{_go_int(int(math.fmod(sub_minute, 60)), 2)}"  # Go's %
         return text
 
-    def pattern(self) -> str:
-        separator = ":" if self.colons else ""
-        numeric = "[+-][0-9]{2}"
-        numeric += f"{separator}[0-9]{{2}}" * (int(self.minutes) + int(self.seconds))
-        return f"(?:Z|{numeric})" if self.z_for_utc else numeric
-
 
 @dataclass(frozen=True)
 class _ZoneName:
@@ -108,9 +89,6 @@ class _ZoneName:
 
     def render(self, when: datetime) -> str:
         return when.tzname() or _NUMERIC_ZONE.render(when)
-
-    def pattern(self) -> str:
-        return "[A-Za-z0-9:+-]+"
 
 
 @dataclass(frozen=True)
@@ -131,13 +109,6 @@ class _Fraction:
             return self.separator + shown if shown else ""
         return self.separator + shown
 
-    def pattern(self) -> str:
-        places = min(self.digits, 9)
-        separator = re.escape(self.separator)
-        if self.trim:
-            return f"(?:{separator}[0-9]{{0,{places - 1}}}[1-9])?"
-        return f"{separator}[0-9]{{{places}}}"
-
 
 def _offset_seconds(when: datetime) -> int:
     offset = when.utcoffset()
@@ -154,10 +125,6 @@ def _go_int(value: int, width: int) -> str:
 _LONG_MONTHS = ("January", "February", "March", "April", "May", "June", "July",
                 "August", "September", "October", "November", "December")  # fmt: skip
 _LONG_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_MONTHS = range(1, 13)
-_DAYS = range(1, 32)
-_SIXTY = range(60)
-_HOURS = range(24)
 
 
 def _month(when: datetime) -> int:
@@ -208,28 +175,28 @@ _NUMERIC_ZONE = _Offset(minutes=True, seconds=False, colons=False, z_for_utc=Fal
 
 # Every token of Go's time.Format, by its text in a layout.
 _LAYOUT_TOKENS: dict[str, _Std] = {
-    "January": _Field(_month, _long_month, _MONTHS),
-    "Jan": _Field(_month, lambda month: _long_month(month)[:3], _MONTHS),
-    "1": _Field(_month, str, _MONTHS),
-    "01": _Field(_month, "{:02d}".format, _MONTHS),
-    "Monday": _Field(_weekday, _long_day, range(7)),
-    "Mon": _Field(_weekday, lambda weekday: _long_day(weekday)[:3], range(7)),
-    "2": _Field(_day, str, _DAYS),
-    "_2": _Field(_day, "{:2d}".format, _DAYS),
-    "02": _Field(_day, "{:02d}".format, _DAYS),
-    "__2": _Field(_year_day, "{:3d}".format, range(1, 367)),
-    "002": _Field(_year_day, "{:03d}".format, range(1, 367)),
-    "15": _Field(_hour, "{:02d}".format, _HOURS),
-    "3": _Field(_hour, lambda hour: str(_hour12(hour)), _HOURS),
-    "03": _Field(_hour, lambda hour: f"{_hour12(hour):02d}", _HOURS),
-    "4": _Field(_minute, str, _SIXTY),
-    "04": _Field(_minute, "{:02d}".format, _SIXTY),
-    "5": _Field(_second, str, _SIXTY),
-    "05": _Field(_second, "{:02d}".format, _SIXTY),
-    "2006": _Field(_year, "{:04d}".format, range(1, 10000), "(?!0000)[0-9]{4}"),
-    "06": _Field(_year, lambda year: f"{year % 100:02d}", range(1, 10000), "[0-9]{2}"),
-    "PM": _Field(_hour, lambda hour: "PM" if hour >= 12 else "AM", _HOURS),
-    "pm": _Field(_hour, lambda hour: "pm" if hour >= 12 else "am", _HOURS),
+    "January": _Field(_month, _long_month),
+    "Jan": _Field(_month, lambda month: _long_month(month)[:3]),
+    "1": _Field(_month, str),
+    "01": _Field(_month, "{:02d}".format),
+    "Monday": _Field(_weekday, _long_day),
+    "Mon": _Field(_weekday, lambda weekday: _long_day(weekday)[:3]),
+    "2": _Field(_day, str),
+    "_2": _Field(_day, "{:2d}".format),
+    "02": _Field(_day, "{:02d}".format),
+    "__2": _Field(_year_day, "{:3d}".format),
+    "002": _Field(_year_day, "{:03d}".format),
+    "15": _Field(_hour, "{:02d}".format),
+    "3": _Field(_hour, lambda hour: str(_hour12(hour))),
+    "03": _Field(_hour, lambda hour: f"{_hour12(hour):02d}"),
+    "4": _Field(_minute, str),
+    "04": _Field(_minute, "{:02d}".format),
+    "5": _Field(_second, str),
+    "05": _Field(_second, "{:02d}".format),
+    "2006": _Field(_year, "{:04d}".format),
+    "06": _Field(_year, lambda year: f"{year % 100:02d}"),
+    "PM": _Field(_hour, lambda hour: "PM" if hour >= 12 else "AM"),
+    "pm": _Field(_hour, lambda hour: "pm" if hour >= 12 else "am"),
     "MST": _ZoneName(),
     "Z070000": _Offset(minutes=True, seconds=True, colons=False, z_for_utc=True),
     "Z07:00:00": _Offset(minutes=True, seconds=True, colons=True, z_for_utc=True),
@@ -343,33 +310,6 @@ def go_strftime(datetime_format: str, when: datetime) -> str:
 # ---------------------------------------------------------------------------------------
 # The filename format
 
-# Stand-ins for values not known when a format is read as a pattern. No name holds a NUL
-# (build refuses one), so they cannot clash with the user's text.
-_TOPIC_MARK = "\x00T"
-_PID_MARK = "\x00P"
-_MAYBE_GZ_MARK = "\x00G"
-
-
-class _Var(Enum):
-    """A part of a name that differs between topics or runs: the regex of its values."""
-
-    TOPIC = "(?:[.a-zA-Z0-9_-]{1,64}|[.a-zA-Z0-9_-]{1,54}#ephemeral)"  # nsqd's rule
-    PID = "[1-9][0-9]*"
-    REV = "-(?:[0-9]{6}|[1-9][0-9]{6,})"
-    MAYBE_GZ = "(?:\\.gz)?"
-
-
-_VAR_OF_MARK = {
-    _TOPIC_MARK: _Var.TOPIC,
-    _PID_MARK: _Var.PID,
-    _MAYBE_GZ_MARK: _Var.MAYBE_GZ,
-    "<REV>": _Var.REV,
-}
-_MARKS = re.compile("(" + "|".join(map(re.escape, _VAR_OF_MARK)) + ")")
-NamePart = str | _Var | _Std
-# A topic for names that do not show theirs (any valid topic other than "." or "..").
-_ANY_TOPIC = "_"
-
 
 @dataclass(frozen=True)
 class FilenameFormat:
@@ -423,7 +363,11 @@ class FilenameFormat:
     def stem(self, topic: str, when: datetime) -> str:
         """Go's currentFilename for this topic: <REV> is still in it. Another stem than
         the last one is what starts a new file at revision 0."""
-        name = self._before_datetime(topic, str(self.pid))
+        # Go's replacements, in Go's order (a host identifier may hold <PID>).
+        name = self.filename_format.replace("<TOPIC>", topic)
+        name = name.replace("<HOST>", self.host).replace("<PID>", str(self.pid))
+        if self.gzip and not name.endswith(".gz"):
+            name += ".gz"
         return name.replace("<DATETIME>", go_strftime(self.datetime_format, when))
 
     def relative_path(self, stem: str, rev: int) -> PurePosixPath:
@@ -436,51 +380,6 @@ class FilenameFormat:
             self.relative_path(self.stem(topic, datetime.now().astimezone()), 0)
         except BadName as error:
             raise BadName(f"topic {topic!r}: {error}") from None
-
-    def leftovers(self, directory: Path) -> list[Path]:
-        """The files under directory that this format could have given in an earlier
-        run, whatever its topics, times, revisions and pid; nothing else, sorted.
-
-        A file whose path shows a topic is checked against the name rebuilt from that
-        topic. Two fields of one time are not checked against each other (an hour and
-        an AM/PM mark of another hour), nor names where a topic "." or ".." collapsed.
-        """
-        candidates = _Shape(self._parts(topic=None))
-        if not candidates.components:
-            return []
-        found: list[Path] = []
-        for path in _walk(directory, candidates.components):
-            relative = path.relative_to(directory).as_posix()
-            match = candidates.full.fullmatch(relative)
-            if match is None:
-                continue
-            topic = match.groupdict().get("topic", _ANY_TOPIC)
-            if _Shape(self._parts(topic)).full.fullmatch(relative):
-                found.append(path)
-        return sorted(found)
-
-    def _before_datetime(self, topic: str, pid: str) -> str:
-        """Go's replacements, in Go's order (a host identifier may hold <PID>)."""
-        name = self.filename_format.replace("<TOPIC>", topic)
-        name = name.replace("<HOST>", self.host).replace("<PID>", pid)
-        if self.gzip and not name.endswith(".gz"):
-            name += ".gz"
-        return name
-
-    def _parts(self, topic: str | None) -> list[NamePart]:
-        """The name as literal text and variable parts, for one topic or for any."""
-        if topic is None:
-            name = self._before_datetime(_TOPIC_MARK, _PID_MARK)
-            if self.gzip and name.endswith(".gz"):  # a topic ending in .gz stops Go adding it
-                name = name.removesuffix(".gz") + _MAYBE_GZ_MARK
-        else:
-            name = self._before_datetime(topic, _PID_MARK)
-        chunks: list[NamePart] = []
-        for index, piece in enumerate(name.split("<DATETIME>")):
-            if index:
-                chunks.extend(_datetime_chunks(self.datetime_format))
-            chunks.append(piece)
-        return _split_marks(_merge_text(chunks))
 
 
 def _host(host_identifier: str, hostname: str) -> str:
@@ -498,102 +397,3 @@ def _inside(name: str) -> PurePosixPath:
     if normal == ".." or normal.startswith("../"):
         raise BadName(f"--filename-format gives {name!r}, a file outside its directory")
     return PurePosixPath(normal)
-
-
-def _merge_text(parts: list[NamePart]) -> list[NamePart]:
-    """Adjacent text joined: Go replaces <REV> in the whole name, DATETIME's text too."""
-    merged: list[NamePart] = []
-    for part in parts:
-        if isinstance(part, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += part
-        elif part != "":
-            merged.append(part)
-    return merged
-
-
-def _split_marks(parts: list[NamePart]) -> list[NamePart]:
-    split: list[NamePart] = []
-    for part in parts:
-        if not isinstance(part, str):
-            split.append(part)
-            continue
-        for index, piece in enumerate(_MARKS.split(part)):
-            split.append(_VAR_OF_MARK[piece] if index % 2 else piece)
-    return [part for part in split if part != ""]
-
-
-class _Shape:
-    """A name's parts as a regex per path component (to walk) and for the whole path."""
-
-    def __init__(self, parts: list[NamePart]) -> None:
-        components = _normal_components(parts)
-        self.components = [re.compile(_regex(component, {})) for component in components]
-        groups: dict[object, str] = {}  # a value repeated in a name is the same each time
-        self.full = re.compile("/".join(_regex(component, groups) for component in components))
-
-
-def _normal_components(parts: list[NamePart]) -> list[list[NamePart]]:
-    """The parts cut at each '/', with empty, "." and ".." components resolved as Go's
-    path.Join does; none when the name leaves the directory."""
-    components: list[list[NamePart]] = [[]]
-    for part in parts:
-        if not isinstance(part, str):
-            components[-1].append(part)
-            continue
-        first, *rest = part.split("/")
-        components[-1].append(first)
-        components.extend([piece] for piece in rest)
-    resolved: list[list[NamePart]] = []
-    for component in (_merge_text(component) for component in components):
-        if component in ([], ["."]):
-            continue
-        if component == [".."]:
-            if not resolved:
-                return []
-            resolved.pop()
-            continue
-        resolved.append(component)
-    return resolved
-
-
-def _regex(parts: list[NamePart], groups: dict[object, str]) -> str:
-    """A regex for parts; with groups, each variable is captured once and repeated by
-    backreference (topic, pid and rev by those names)."""
-    return "".join(_part_regex(part, groups) for part in parts)
-
-
-def _part_regex(part: NamePart, groups: dict[object, str]) -> str:
-    if isinstance(part, str):
-        return re.escape(part)
-    pattern = part.value if isinstance(part, _Var) else part.pattern()
-    if part is _Var.MAYBE_GZ:
-        return pattern
-    if part in groups:
-        return f"(?P={groups[part]})"
-    name = part.name.lower() if isinstance(part, _Var) else f"time{len(groups)}"
-    groups[part] = name
-    return f"(?P<{name}>{pattern})"
-
-
-def _walk(directory: Path, components: list[re.Pattern[str]]) -> Iterator[Path]:
-    """The regular files under directory whose path matches one pattern per component:
-    only as deep as the name goes, and through real directories only, not symlinks."""
-    *folder_patterns, file_pattern = components
-    folders = [directory]
-    for pattern in folder_patterns:
-        folders = [found for folder in folders for found in _entries(folder, pattern, folders=True)]
-    for folder in folders:
-        yield from _entries(folder, file_pattern, folders=False)
-
-
-def _entries(folder: Path, pattern: re.Pattern[str], *, folders: bool) -> list[Path]:
-    try:
-        with os.scandir(folder) as entries:
-            return [
-                Path(entry.path)
-                for entry in entries
-                if pattern.fullmatch(entry.name)
-                and (entry.is_dir if folders else entry.is_file)(follow_symlinks=False)
-            ]
-    except OSError:  # gone or unreadable: nothing a run of ours left there
-        return []
