@@ -30,3 +30,4 @@ def _entry_point(program: str, module: str) -> Callable[[], None]:
 nsq = _entry_point("nsq", "nsqtools.commands")
 nsq_tail = _entry_point("nsq_tail", "nsqtools.commands.tail")
 to_nsq = _entry_point("to_nsq", "nsqtools.commands.pub")
+nsq_to_file = _entry_point("nsq_to_file", "nsqtools.commands.to_file")

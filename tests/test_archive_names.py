@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from nsqtools.archive.names import BadName, FilenameFormat, go_strftime, short_hostname
+from nsqtools.archive.names import BadName, FilenameFormat, go_strftime
 from nsqtools.testing import Nsqd, find_binary, wait_until
 
 KATHMANDU = ZoneInfo("Asia/Kathmandu")  # +05:45, named "+0545"
@@ -122,11 +122,6 @@ def test_a_sub_minute_negative_offset_prints_as_go_does() -> None:
 def test_a_naive_datetime_is_refused() -> None:
     with pytest.raises(ValueError, match="aware"):
         go_strftime("%z", datetime(2026, 3, 5))
-
-
-def test_the_short_hostname_stops_at_the_first_dot() -> None:
-    assert short_hostname() == socket.gethostname().split(".")[0]
-    assert "." not in short_hostname()
 
 
 def names(
@@ -307,7 +302,11 @@ def test_gos_nsq_to_file_names_its_file_as_we_do(nsqd: Nsqd, tmp_path: Path) -> 
         for when in (before, after, before + (after - before) / 2)
     }
     assert PurePosixPath(made.relative_to(output).as_posix()) in expected
-    assert made.relative_to(output).parts[:3] == (topic, "sub", f"x-{short_hostname()}-{go.pid}")
+    assert made.relative_to(output).parts[:3] == (
+        topic,
+        "sub",
+        f"x-{socket.gethostname().split('.')[0]}-{go.pid}",
+    )
 
 
 def our_format(

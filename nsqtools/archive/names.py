@@ -26,12 +26,8 @@ class BadName(ValueError):
     """A filename format, or a name it gives, that cannot be used: one line for the user."""
 
 
-def short_hostname() -> str:
-    """The host name up to its first '.', Go's default for <HOST>."""
-    return _short(socket.gethostname())
-
-
 def _short(hostname: str) -> str:
+    """The host name up to its first '.', Go's default for <HOST>."""
     return hostname.split(".")[0]
 
 

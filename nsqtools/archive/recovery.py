@@ -1,11 +1,12 @@
 """Files a crash left behind (kill -9, power loss), cut back in place to what is whole.
 
 A file holds records that end in b"\\n" (a message body, or one JSON line). A plain file
-is cut after its last b"\\n". A gzip file (told by its magic bytes, whatever its name)
-is a series of members, one per sync; it is cut after the last complete member (its
-deflate stream ended and its CRC32 and length trailer check) at which the content read
-so far is empty or ends in b"\\n", so that it always decompresses to whole lines. Both
-are read in blocks, so memory stays bounded however large the file or its content.
+is cut after its last b"\\n". A gzip file (the caller says which: a plain archive may
+well begin with a gzip body) is a series of members, one per sync; it is cut after the
+last complete member (its deflate stream ended and its CRC32 and length trailer check)
+at which the content read so far is empty or ends in b"\\n", so that it always
+decompresses to whole lines. Both are read in blocks, so memory stays bounded however
+large the file or its content.
 
 Synchronous and blocking: the archive sink calls it from a worker thread.
 """
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-GZIP_MAGIC = b"\x1f\x8b"
 # zlib's window size for the gzip format (16 + 15): header and trailer are checked.
 _GZIP_WBITS = 31
 # Bytes read, and content inflated, at a time.
@@ -33,15 +33,11 @@ class Recovered:
     cut: int  # bytes cut off the end
 
 
-def cut_back(path: Path) -> Recovered:
+def cut_back(path: Path, *, gzip: bool) -> Recovered:
     """Truncate `path` to its last complete record or gzip member, and fsync it."""
     with path.open("r+b") as file:
         size = os.fstat(file.fileno()).st_size
-        if file.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
-            file.seek(0)
-            kept = _whole_gzip_length(file)
-        else:
-            kept = _whole_lines_length(file, size)
+        kept = _whole_gzip_length(file) if gzip else _whole_lines_length(file, size)
         if kept < size:
             file.truncate(kept)
         # A crash may have left the kept bytes in the page cache only.

@@ -15,6 +15,7 @@ from nsqtools import __version__
 SUBCOMMANDS = {
     "pub": ("nsqtools.commands.pub", "to_nsq"),
     "tail": ("nsqtools.commands.tail", "nsq_tail"),
+    "to-file": ("nsqtools.commands.to_file", "nsq_to_file"),
 }
 
 

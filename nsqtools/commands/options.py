@@ -70,6 +70,9 @@ class GoInt(click.IntRange):
                 self.fail(str(error), param, ctx)
         return super().convert(value, param, ctx)
 
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
 
 def parse_go_int(text: str) -> int:
     """strconv.ParseInt(text, 0, 64): an optional sign, then a base prefix, or 0 for

@@ -1,0 +1,402 @@
+"""nsq_to_file (also `nsq to-file`): archive topics to files, FIN'd only once on disk.
+
+Drop-in for Go's nsq_to_file v1.3.0: the same flags, defaults, file names, rotation and
+gzip members. Beyond it: topics discovered at once (not after a whole --topic-refresh);
+a bad pattern, option, topic or filename format stops before anything starts; files a
+crash left half-written are repaired at start; work and output dirs on different
+filesystems; no name can leave the output dir; --format json; a status line on a
+terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on disk.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nsqtools.commands.front import (
+    CONTEXT_SETTINGS,
+    OUTPUT,
+    GoFlagsCommand,
+    configure_logging,
+    fail,
+    grouped_option,
+    run,
+    tune_gc_for_throughput,
+    version_option,
+)
+from nsqtools.commands.options import (
+    DURATION,
+    GoInt,
+    check_addresses,
+    check_one_address_kind,
+    connection_options,
+    logging_options,
+    nsqd_and_lookupd_addresses,
+)
+
+if TYPE_CHECKING:
+    from nsqtools.archive.names import FilenameFormat
+    from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings, TopicArchive
+    from nsqtools.config import ClientConfig
+    from nsqtools.runtime.sinks import SinkFailed
+    from nsqtools.runtime.topics import LookupdTopics
+
+TOOL = "nsq_to_file"
+
+
+@dataclass
+class ToFileSettings:
+    topics: list[str]  # given with --topic (and matching --topic-pattern)
+    pattern: re.Pattern[str] | None
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    topic_refresh: float
+    http_timeouts: tuple[float, float]  # connect, request
+    config: ClientConfig
+    archive: ArchiveSettings
+    status: bool  # a status line on stderr
+
+
+@click.command("to-file", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
+@click.argument("arguments", nargs=-1, required=False, metavar="")  # Go: an error
+@click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
+@click.option("--topic-pattern", metavar="REGEXP", help="Only log topics matching this pattern.")
+@click.option(
+    "--topic-refresh",
+    type=DURATION,
+    default="1m",
+    show_default=True,
+    help="How often the topic list is refreshed (from lookupd, when no --topic).",
+)
+@click.option("--channel", default="nsq_to_file", show_default=True, help="NSQ channel.")
+@click.option(
+    "--max-in-flight",
+    type=GoInt(min=1),
+    default=200,
+    show_default=True,
+    help="Max number of messages to allow in flight (and to sync at once).",
+)
+@grouped_option(
+    OUTPUT, "--output-dir", default="/tmp", show_default=True, help="Directory for output files."
+)
+@grouped_option(
+    OUTPUT,
+    "--work-dir",
+    default="",
+    help="Directory for in-progress files, moved to --output-dir once closed "
+    "(default: the output dir).",
+)
+@grouped_option(
+    OUTPUT,
+    "--filename-format",
+    default="<TOPIC>.<HOST><REV>.<DATETIME>.log",
+    show_default=True,
+    help="Output file name (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV> are replaced; <REV> "
+    "goes up when a file already exists; '/' makes sub-directories).",
+)
+@grouped_option(
+    OUTPUT,
+    "--datetime-format",
+    default="%Y-%m-%d_%H",
+    show_default=True,
+    help="strftime format of <DATETIME> (local time).",
+)
+@grouped_option(
+    OUTPUT,
+    "--host-identifier",
+    default="",
+    help="Value of <HOST> instead of the short hostname; <SHORT_HOST> and <HOSTNAME> "
+    "are replaced in it.",
+)
+@grouped_option(OUTPUT, "--gzip", is_flag=True, help="gzip output files.")
+@grouped_option(
+    OUTPUT,
+    "--gzip-level",
+    type=GoInt(),
+    default=6,
+    show_default=True,
+    help="gzip compression level (1-9, 1=BestSpeed, 9=BestCompression).",
+)
+@grouped_option(
+    OUTPUT,
+    "--rotate-size",
+    type=GoInt(min=0),
+    default=0,
+    help="Rotate the file when it grows bigger than this many bytes (uncompressed).",
+)
+@grouped_option(
+    OUTPUT, "--rotate-interval", type=DURATION, default="0s", help="Rotate the file this often."
+)
+@grouped_option(
+    OUTPUT,
+    "--sync-interval",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="Sync files to disk (and FIN what they hold) at least this often.",
+)
+@grouped_option(OUTPUT, "--skip-empty-files", is_flag=True, help="Skip writing empty files.")
+@grouped_option(
+    OUTPUT,
+    "--format",
+    "output_format",
+    type=click.Choice(["raw", "json"]),
+    default="raw",
+    show_default=True,
+    help="raw: each body on a line (Go's); json: one JSON envelope per line (id, timestamp, "
+    "attempts, topic, channel, nsqd, body, encoding), as nsq_tail --format json.",
+)
+@grouped_option(
+    OUTPUT,
+    "--status/--no-status",
+    default=None,
+    help="A status line on stderr (default: when stderr is a terminal).",
+)
+@nsqd_and_lookupd_addresses(
+    "nsqd TCP address (may be given multiple times).",
+    "lookupd HTTP address (may be given multiple times).",
+)
+@click.option(
+    "--http-client-connect-timeout",
+    type=DURATION,
+    default="2s",
+    show_default=True,
+    help="Timeout for HTTP connect (lookupd).",
+)
+@click.option(
+    "--http-client-request-timeout",
+    type=DURATION,
+    default="5s",
+    show_default=True,
+    help="Timeout for HTTP request (lookupd).",
+)
+@connection_options("consumer-opt")
+@logging_options(TOOL)
+@version_option(TOOL)
+def command(**options: Any) -> None:
+    """Write the messages of topics to files, rotated, optionally gzipped."""
+    settings = _settings(options)
+    configure_logging(options["log_level"], options["log_prefix"])
+    import trio
+
+    tune_gc_for_throughput()
+    trio.run(to_file, settings)
+
+
+def _settings(options: dict[str, Any]) -> ToFileSettings:
+    if options["arguments"]:
+        fail(f"unknown arguments: [{' '.join(options['arguments'])}]")
+    if not options["channel"]:
+        fail("--channel is required")
+    connect_timeout = options["http_client_connect_timeout"]
+    request_timeout = options["http_client_request_timeout"]
+    if connect_timeout <= 0:
+        fail("--http-client-connect-timeout should be positive")
+    if request_timeout <= 0:
+        fail("--http-client-request-timeout should be positive")
+    nsqd, lookupd = list(options["nsqd_tcp_addresses"]), list(options["lookupd_http_addresses"])
+    check_one_address_kind(nsqd, lookupd)
+    check_addresses(nsqd, "--nsqd-tcp-address")
+    check_addresses(lookupd, "--lookupd-http-address")
+    if not 1 <= options["gzip_level"] <= 9:
+        fail(f"invalid --gzip-level value ({options['gzip_level']}), should be 1-9")
+    topics = list(options["topics"])
+    if not topics and not options["topic_pattern"]:
+        fail("--topic or --topic-pattern required")
+    if not topics and not lookupd:
+        fail("--lookupd-http-address must be specified when no --topic specified")
+    pattern = _pattern(options["topic_pattern"])
+    archive = _archive_settings(options)
+    _check_names(topics, options["channel"], archive.names)
+    status = options["status"]
+    return ToFileSettings(
+        topics=[topic for topic in topics if pattern is None or pattern.search(topic)],
+        pattern=pattern,
+        nsqd_tcp_addresses=nsqd,
+        lookupd_http_addresses=lookupd,
+        topic_refresh=options["topic_refresh"],
+        http_timeouts=(connect_timeout, request_timeout),
+        config=_config(options),
+        archive=archive,
+        status=sys.stderr.isatty() if status is None else status,
+    )
+
+
+def _pattern(text: str | None) -> re.Pattern[str] | None:
+    if not text:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as error:
+        fail(f"--topic-pattern {text!r}: {error}")
+
+
+def _config(options: dict[str, Any]) -> ClientConfig:
+    from nsqtools.commands.options import build_config
+
+    try:
+        config: ClientConfig = build_config(TOOL, options, max_in_flight=options["max_in_flight"])
+    except click.UsageError as error:
+        fail(error.format_message())  # Go ignores a bad option; we stop, as for any check
+    return config
+
+
+def _archive_settings(options: dict[str, Any]) -> ArchiveSettings:
+    from nsqtools.archive.names import BadName, FilenameFormat
+    from nsqtools.archive.sink import ArchiveSettings
+
+    output_dir = Path(options["output_dir"])
+    work_dir = Path(options["work_dir"]) if options["work_dir"] else output_dir
+    gzip, rotate_size, rotate_interval = (
+        options["gzip"],
+        options["rotate_size"],
+        options["rotate_interval"],
+    )
+    try:
+        names = FilenameFormat.build(
+            options["filename_format"],
+            datetime_format=options["datetime_format"],
+            host_identifier=options["host_identifier"],
+            gzip=gzip,
+            rev_required=gzip or rotate_size > 0 or rotate_interval > 0 or work_dir != output_dir,
+        )
+    except BadName as error:
+        fail(str(error))
+    if options["sync_interval"] <= 0:
+        fail("--sync-interval should be positive")
+    return ArchiveSettings(
+        channel=options["channel"],
+        output_dir=output_dir,
+        work_dir=work_dir,
+        names=names,
+        gzip_level=options["gzip_level"] if gzip else None,
+        rotate_size=rotate_size,
+        rotate_interval=rotate_interval,
+        sync_interval=options["sync_interval"],
+        skip_empty_files=options["skip_empty_files"],
+        max_in_flight=options["max_in_flight"],
+        json=options["output_format"] == "json",
+    )
+
+
+def _check_names(topics: list[str], channel: str, names: FilenameFormat) -> None:
+    from nsqtools.archive.names import BadName
+    from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
+
+    try:
+        check_channel(channel)
+        for topic in topics:
+            check_topic(topic)
+            names.check_topic(topic)
+    except (LocalProtocolError, BadName) as error:
+        fail(str(error))
+
+
+async def to_file(settings: ToFileSettings) -> None:
+    import trio
+
+    from nsqtools.archive.inprogress import recover_crashed_files
+    from nsqtools.archive.sink import ArchiveCounters, TopicArchive
+    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+    from nsqtools.runtime.sinks import SinkFailed
+
+    archive = settings.archive
+    await trio.to_thread.run_sync(
+        recover_crashed_files, archive.work_dir, archive.output_dir, archive.names
+    )
+    counters = ArchiveCounters()
+    archives: dict[str, TopicArchive] = {}
+
+    def sink_for(topic: str) -> TopicArchive:
+        archives[topic] = TopicArchive(topic, archive, counters)
+        return archives[topic]
+
+    consume = ConsumeSettings(
+        topics=settings.topics,
+        channel=archive.channel,
+        config=settings.config,
+        nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+        lookupd_http_addresses=settings.lookupd_http_addresses,
+        topic_refresh=settings.topic_refresh,
+    )
+    failure: SinkFailed | None = None
+    async with trio.open_nursery() as nursery:
+
+        def close_all() -> None:
+            for topic_archive in list(archives.values()):
+                nursery.start_soon(_close, topic_archive)
+
+        if settings.status:
+            nursery.start_soon(_show_status, counters)
+        try:
+            await run_consumers(consume, sink_for, _topic_finder(settings), on_hangup=close_all)
+        except SinkFailed as error:
+            failure = error
+        for topic_archive in archives.values():
+            failure = failure or await _close(topic_archive)
+        nursery.cancel_scope.cancel()
+    if settings.status:
+        sys.stderr.write("\n")
+    if failure is not None:
+        fail(str(failure))
+
+
+async def _close(archive: TopicArchive) -> SinkFailed | None:
+    from nsqtools.runtime.sinks import SinkFailed
+
+    try:
+        await archive.close()
+    except SinkFailed as error:
+        return error
+    return None
+
+
+def _topic_finder(settings: ToFileSettings) -> LookupdTopics | None:
+    """With no --topic: the lookupds' topics that match the pattern (Go's discovery)."""
+    if settings.topics or not settings.lookupd_http_addresses:
+        return None
+    from nsqtools.archive.names import BadName
+    from nsqtools.runtime.topics import LookupdTopics
+
+    names = settings.archive.names
+
+    def unsafe(topic: str) -> str | None:
+        try:
+            names.check_topic(topic)
+        except BadName as error:
+            return str(error)
+        return None
+
+    connect_timeout, request_timeout = settings.http_timeouts
+    return LookupdTopics(
+        settings.lookupd_http_addresses,
+        settings.pattern,
+        connect_timeout=connect_timeout,
+        request_timeout=request_timeout,
+        check=unsafe,
+    )
+
+
+async def _show_status(counters: ArchiveCounters) -> None:
+    import trio
+
+    last, last_time = counters.messages, trio.current_time()
+    while True:
+        await trio.sleep(1)
+        now = trio.current_time()
+        rate = (counters.messages - last) / (now - last_time)
+        last, last_time = counters.messages, now
+        sys.stderr.write(
+            f"\r{counters.messages:,} messages  {rate:,.0f} msg/s  "
+            f"{counters.bytes / 1e6:,.1f} MB  {counters.files} files  {counters.syncs} syncs "
+        )
+        sys.stderr.flush()
+
+
+def main() -> None:
+    run(command, TOOL)
