@@ -6,7 +6,9 @@ Side by side with Go's nsq_to_file on the same messages and options: the same fi
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.testing import Nsqd, find_binary, wait_until
+from tests.conftest import Cluster
 
 OURS = str(Path(sys.executable).parent / "nsq_to_file")
 TOPIC = "archive"
@@ -44,13 +47,9 @@ def drained(nsqd: Nsqd, topic: str, channel: str) -> bool:
 
 
 @contextmanager
-def running(tool: str, nsqd: Nsqd, channel: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """The tool consuming `channel`; SIGTERM at the end of the block, then exit 0."""
-    process = subprocess.Popen(
-        [tool, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={channel}", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+def running(tool: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The tool running; SIGTERM at the end of the block, then exit 0."""
+    process = subprocess.Popen([tool, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         yield process
         process.send_signal(signal.SIGTERM)
@@ -73,23 +72,29 @@ def archive_tree(directory: Path) -> dict[str, bytes]:
     return tree
 
 
-def side_by_side(nsqd: Nsqd, tmp_path: Path, bodies: list[bytes], *args: str) -> None:
-    """Both tools archive the same messages with the same options: same trees."""
-    nsqd.create_channels(TOPIC, "go", "ours")
-    nsqd.publish_many(TOPIC, bodies)
+def side_by_side(
+    nsqd: Nsqd, tmp_path: Path, bodies: list[bytes], *args: str, topics: tuple[str, ...] = (TOPIC,)
+) -> dict[str, bytes]:
+    """Both tools archive the same messages with the same options: the same trees, ours
+    returned."""
+    for topic in topics:
+        nsqd.create_channels(topic, "go", "ours")
+        nsqd.publish_many(topic, bodies)
     trees = []
     for name, tool in (("go", go_tool()), ("ours", OURS)):
         out = tmp_path / name
         options = [a.replace("{dir}", str(tmp_path / f"{name}-")) for a in args]
-        with running(
-            tool, nsqd, name, f"--topic={TOPIC}", f"--output-dir={out}", *NAMING, *options
-        ):
-            wait_until(lambda: drained(nsqd, TOPIC, name), 20, f"{name} drained")  # noqa: B023
+        topic_options = [f"--topic={topic}" for topic in topics]
+        common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", *topic_options]
+        with running(tool, *common, f"--output-dir={out}", *NAMING, *options):
+            for topic in topics:
+                wait_until(lambda: drained(nsqd, topic, name), 20, f"{name} drained")  # noqa: B023
         trees.append(archive_tree(out))
     go, ours = trees
     assert list(ours) == list(go)
     assert ours == go
-    assert b"".join(ours.values()).count(b"\n") == len(bodies)
+    assert b"".join(ours.values()).count(b"\n") == len(bodies) * len(topics)
+    return ours
 
 
 def bodies(count: int, size: int = 40) -> list[bytes]:
@@ -117,6 +122,115 @@ def test_subdirectories_and_pid_free_format_as_go(nsqd: Nsqd, tmp_path: Path) ->
         nsqd, tmp_path, bodies(200), "--filename-format=<TOPIC>/<HOST>/<DATETIME><REV>.log",
         "--rotate-size=2000",
     )  # fmt: skip
+
+
+def test_several_topics_each_in_its_files_as_go(nsqd: Nsqd, tmp_path: Path) -> None:
+    ours = side_by_side(nsqd, tmp_path, bodies(300), "--gzip", topics=("left", "right"))
+    assert sorted(ours) == ["left.host-000000.2026.log.gz", "right.host-000000.2026.log.gz"]
+
+
+def open_files(process: subprocess.Popen[bytes], directory: Path) -> set[Path]:
+    """The files under `directory` the process holds open."""
+    held = set()
+    for fd in Path(f"/proc/{process.pid}/fd").iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:
+            continue  # closed meanwhile
+        if target.is_relative_to(directory):
+            held.add(target)
+    return held
+
+
+def fin_d(nsqd: Nsqd, topic: str, channel: str, count: int) -> bool:
+    """`count` messages came to the channel and every one is FIN'd."""
+    return (
+        drained(nsqd, topic, channel) and nsqd.channel_stats(topic, channel).message_count == count
+    )
+
+
+def test_sighup_closes_the_files_and_the_next_message_opens_the_next_rev_as_go(
+    nsqd: Nsqd, tmp_path: Path
+) -> None:
+    trees = []
+    for name, tool in (("go", go_tool()), ("ours", OURS)):
+        out = tmp_path / name
+        nsqd.create_channels(TOPIC, name)  # the other tool's channel has had its messages
+        common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
+        with running(tool, *common, f"--output-dir={out}", "--gzip", *NAMING) as process:
+            nsqd.publish(TOPIC, f"{name} before".encode())
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
+            process.send_signal(signal.SIGHUP)
+            wait_until(lambda: not open_files(process, out), 20, "the file closed")  # noqa: B023
+            nsqd.publish(TOPIC, f"{name} after".encode())
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), 20, "the second FIN'd")  # noqa: B023
+        tree = archive_tree(out)
+        trees.append({path: data.replace(name.encode(), b"") for path, data in tree.items()})
+    go, ours = trees
+    assert (
+        ours
+        == go
+        == {
+            "archive.host-000000.2026.log.gz": b" before\n",
+            "archive.host-000001.2026.log.gz": b" after\n",
+        }
+    )
+
+
+def test_rotate_interval_makes_the_next_rev(nsqd: Nsqd, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
+    first, second = out / "archive.host-000000.2026.log", out / "archive.host-000001.2026.log"
+    with running(OURS, *common, f"--output-dir={out}", "--rotate-interval=200ms", *NAMING):
+        nsqd.publish(TOPIC, b"one")
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 1), 20, "the first FIN'd")
+        wait_until(second.exists, 20, "a rotation on the sync tick")
+        nsqd.publish(TOPIC, b"two")
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 2), 20, "the second FIN'd")
+    tree = archive_tree(out)
+    assert tree[first.name] == b"one\n"
+    assert b"".join(tree.values()) == b"one\ntwo\n"
+
+
+def test_json_lines_carry_the_envelope_of_nsq_tail(nsqd: Nsqd, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    published = [b"plain", b"multi\nline", b"\xff\xfe binary"]
+    for body in published:
+        nsqd.publish(TOPIC, body)
+    common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
+    with running(OURS, *common, f"--output-dir={out}", "--format=json", *NAMING):
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 3), 20, "every message FIN'd")
+    (data,) = archive_tree(out).values()
+    envelopes = [json.loads(line) for line in data.splitlines()]
+    assert len({envelope["id"] for envelope in envelopes}) == 3
+    assert {envelope["topic"] for envelope in envelopes} == {TOPIC}
+    decoded = [
+        base64.b64decode(e["body"]) if e["encoding"] == "base64" else e["body"].encode()
+        for e in envelopes
+    ]
+    assert decoded == published
+
+
+def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    nsqd = cluster.nsqd
+    cluster.publish_many("found-1", lambda nsqd: [b"first"])
+    cluster.publish_many("other", lambda nsqd: [b"not wanted"])
+    args = [
+        f"--lookupd-http-address={cluster.lookupd.http_address}",
+        "--topic-pattern=^found-",
+        "--topic-refresh=300ms",
+        f"--output-dir={out}",
+        *NAMING,
+    ]
+    with running(OURS, *args):
+        wait_until(lambda: fin_d(nsqd, "found-1", "nsq_to_file", 1), 20, "found-1 consumed")
+        cluster.publish_many("found-2", lambda nsqd: [b"second"])
+        wait_until(lambda: fin_d(nsqd, "found-2", "nsq_to_file", 1), 20, "found-2 consumed")
+    assert archive_tree(out) == {
+        "found-1.host.2026.log": b"first\n",
+        "found-2.host.2026.log": b"second\n",
+    }
 
 
 # -- checks before anything starts ---------------------------------------------------

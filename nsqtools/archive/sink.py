@@ -110,11 +110,7 @@ class TopicArchive:
         async with self._lock:
             self._check_usable()
             await self._rotate_if_due()
-            records = self._records(delivery)
-            if self.settings.rotate_size:
-                await self._add_checking_size(records)
-            else:
-                self._add(b"".join(records))
+            await self._add(self._records(delivery))
             self._held.append(delivery)
             self._held_count += delivery.count
             if self._held_count >= self.settings.max_in_flight:
@@ -148,27 +144,34 @@ class TopicArchive:
     # -- records -----------------------------------------------------------------------
 
     def _records(self, delivery: Delivery) -> list[bytes]:
-        """One line per message: the body (Go's output) or the JSON envelope."""
+        """The delivery's lines, the body (Go's output) or the JSON envelope of each
+        message: each apart with --rotate-size (a file may end between two), else all in
+        one."""
+        apart = bool(self.settings.rotate_size)
         if not self.settings.json:
-            return [body + b"\n" for body in delivery.bodies]
+            bodies = delivery.bodies
+            return (
+                [formats.raw_lines([body]) for body in bodies]
+                if apart
+                else [formats.raw_lines(bodies)]
+            )
         batch = delivery.batch
         origin = formats.Origin(self.topic, self.settings.channel, batch.nsqd_address)
-        return [
-            formats.json_lines([message], origin) for message in batch.messages[: delivery.count]
-        ]
+        messages = batch.messages[: delivery.count]
+        if apart:
+            return [formats.json_lines([message], origin) for message in messages]
+        return [formats.json_lines(messages, origin)]
 
-    def _add(self, records: bytes) -> None:
-        assert self._file is not None  # _rotate_if_due opened one
-        self._file.add(records)
-        self.counters.bytes += len(records)
-
-    async def _add_checking_size(self, records: list[bytes]) -> None:
+    async def _add(self, records: list[bytes]) -> None:
         """Go checks the size before each record: a file passes it by at most one."""
+        rotate_size = self.settings.rotate_size
         for record in records:
-            assert self._file is not None
-            if self._file.size > self.settings.rotate_size:
+            assert self._file is not None  # _rotate_if_due opened one
+            if rotate_size and self._file.size > rotate_size:
                 await self._rotate()
-            self._add(record)
+                assert self._file is not None
+            self._file.add(record)
+            self.counters.bytes += len(record)
 
     # -- rotation ----------------------------------------------------------------------
 
