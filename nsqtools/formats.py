@@ -66,6 +66,9 @@ def json_lines(messages: Sequence[Message], origin: Origin) -> bytes:
 
 
 def envelope(message: Message, origin: Origin) -> dict[str, object]:
+    """The JSON envelope of a message, the one format of nsq_tail --format json and
+    nsq_to_file --format json, which later jobs read (documented in the README: change
+    it only compatibly)."""
     try:
         body, encoding = message.body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
