@@ -303,10 +303,14 @@ class _GoLogFormatter(logging.Formatter):
 
 
 def configure_logging(level: str, prefix: str) -> None:
-    """Send nsqtools' logs to stderr at `level` with NSQ's line format."""
+    """Send nsqtools' logs to stderr at `level` with NSQ's line format (an unknown level
+    is a failed check of values, exit 1, as in Go's nsq_to_file)."""
+    python_level = _PYTHON_LEVELS.get(level.lower())
+    if python_level is None:
+        fail("--log-level is invalid")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_GoLogFormatter(prefix))
     root = logging.getLogger("nsqtools")
     root.handlers[:] = [handler]
-    root.setLevel(_PYTHON_LEVELS[level])
+    root.setLevel(python_level)
     root.propagate = False

@@ -227,10 +227,10 @@ def logging_options(tool: str) -> Callable[[F], F]:
         grouped_option(
             LOGGING,
             "--log-level",
-            type=click.Choice(LOG_LEVELS),
             default="info",
             show_default=True,
-            help="Log level.",
+            metavar="LEVEL",
+            help=f"Log level: {', '.join(LOG_LEVELS)} (any case, as Go's).",
         ),
         grouped_option(
             LOGGING,
