@@ -265,6 +265,10 @@ def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path:
         ),
         (["--topic=bad topic", "--nsqd-tcp-address=127.0.0.1:4150"], "bad topic"),
         (
+            ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--topic-pattern=^x"],
+            "no --topic matches --topic-pattern",
+        ),
+        (
             ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--log-level=loud"],
             "--log-level is invalid",
         ),

@@ -211,6 +211,8 @@ def _settings(options: dict[str, Any]) -> ToFileSettings:
     if not topics and not lookupd:
         fail("--lookupd-http-address must be specified when no --topic specified")
     pattern = _pattern(options["topic_pattern"])
+    if topics and pattern is not None and not any(map(pattern.search, topics)):
+        fail("no --topic matches --topic-pattern: nothing to archive")
     archive = _archive_settings(options)
     _check_names(topics, options["channel"], archive.names)
     status = options["status"]
