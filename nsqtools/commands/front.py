@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import chain, islice
 from typing import Any, NoReturn, TypeVar
 
@@ -185,6 +185,15 @@ def version_option(tool: str, go_has_it: bool = True) -> Callable[[F], F]:
         help="Print the version and exit.",
         **grouping,
     )
+
+
+def run_event_loop(main: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Run a command's async main on trio, once its flags are checked: trio is imported
+    only now (`--help` and a failed check do without it), then the collector is tuned."""
+    import trio
+
+    tune_gc_for_throughput()
+    trio.run(main, *args)
 
 
 def tune_gc_for_throughput() -> None:

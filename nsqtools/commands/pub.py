@@ -27,7 +27,7 @@ from nsqtools.commands.front import (
     fail,
     grouped_option,
     run,
-    tune_gc_for_throughput,
+    run_event_loop,
     version_option,
 )
 from nsqtools.commands.options import (
@@ -116,11 +116,8 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
     config = build_config(TOOL, options)
     configure_logging(options["log_level"], options["log_prefix"])
     failed_file = _open_failed_file(options["failed_file"], sources, delimiter)
-    import trio
-
-    tune_gc_for_throughput()
     run_ = _Run(topic, delimiter, failed_file, options)
-    trio.run(run_.publish, sources, addresses, config)
+    run_event_loop(run_.publish, sources, addresses, config)
 
 
 class _FailedFile:

@@ -23,7 +23,7 @@ from nsqtools.commands.front import (
     fail,
     grouped_option,
     run,
-    tune_gc_for_throughput,
+    run_event_loop,
     version_option,
 )
 from nsqtools.commands.options import (
@@ -146,10 +146,7 @@ def command(**options: Any) -> None:
     """Consume topics and print each message to stdout."""
     settings = _settings(options)
     configure_logging(options["log_level"], options["log_prefix"])
-    import trio
-
-    tune_gc_for_throughput()
-    trio.run(tail, settings)
+    run_event_loop(tail, settings)
 
 
 class _Renderer:

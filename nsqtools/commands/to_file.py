@@ -26,7 +26,7 @@ from nsqtools.commands.front import (
     fail,
     grouped_option,
     run,
-    tune_gc_for_throughput,
+    run_event_loop,
     version_option,
 )
 from nsqtools.commands.options import (
@@ -182,10 +182,7 @@ def command(**options: Any) -> None:
     """Write the messages of topics to files, rotated, optionally gzipped."""
     settings = _settings(options)
     configure_logging(options["log_level"], options["log_prefix"])
-    import trio
-
-    tune_gc_for_throughput()
-    trio.run(to_file, settings)
+    run_event_loop(to_file, settings)
 
 
 def _settings(options: dict[str, Any]) -> ToFileSettings:
