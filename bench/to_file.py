@@ -4,17 +4,18 @@ whole processes side by side with Go's nsq_to_file on one nsqd, alternating whic
 Each contender (go; ours, run from the checkout this file lives in) and mode gets its own
 channel of one topic and a fresh output directory on disk (fsyncs must cost what they
 cost: the filesystem is printed, and must not be tmpfs), with the tools' default
---max-in-flight and --sync-interval. A run lasts from the tool's start to its exit: it gets
-SIGTERM as soon as nsqd has handed it every message (the channel's depth is 0, polled over
-one kept-alive HTTP connection every 20 ms), which makes it write, sync and FIN what it holds (Go's:
-everything it received; ours requeues what had not reached its files yet), then exit.
-Waiting for the last FIN instead would time the --sync-interval: both tools hold a last
-batch smaller than 85% of RDY until the interval's tick (30 s by default). Afterwards
-nothing may be in flight, and the lines in the files plus the messages requeued must make
-exactly N: none lost, none both written and requeued. msg/s counts the lines written.
-Beside it: fsync and fdatasync calls per second of drain (`perf stat`) and peak
-RSS (`/usr/bin/time`: the kernel carries ru_maxrss across fork and exec, so wait4 on a
-child of this large process, perf included, reports this process's size, not the tool's).
+--max-in-flight and --sync-interval. A run lasts from the tool's start to its exit: it
+gets SIGTERM as soon as nsqd has handed it every message (the channel's depth is 0,
+polled over one kept-alive HTTP connection every 20 ms), which makes it write, sync and
+FIN what it holds (Go's: everything it received; ours requeues what had not reached its
+files yet), then exit. Waiting for the last FIN instead would time the --sync-interval:
+both tools hold a last batch smaller than 85% of RDY until the interval's tick (30 s by
+default). Afterwards nothing may be in flight, and the lines in the files plus the
+messages requeued must make exactly N: none lost, none both written and requeued. msg/s
+counts the lines written. Beside it: fsync and fdatasync calls per second of the run
+(`perf stat`) and peak RSS (`/usr/bin/time`: the kernel carries ru_maxrss across fork
+and exec, so wait4 on a child of this large process, perf included, reports this
+process's size, not the tool's).
 
 With --profile FILE it instead runs ours once in plain mode under py-spy (raw stacks to
 FILE, 500 samples/s) and prints where the time went: the top functions by self time, and
