@@ -1,0 +1,333 @@
+"""Issue 10's nsq_to_file measures: drain N 100-byte messages to files, plain and --gzip,
+whole processes side by side with Go's nsq_to_file on one nsqd, alternating which goes first.
+
+Each contender (go; ours, run from the checkout this file lives in) and mode gets its own
+channel of one topic and a fresh output directory on disk (fsyncs must cost what they
+cost: the filesystem is printed, and must not be tmpfs), with the tools' default
+--max-in-flight and --sync-interval. A run lasts from the tool's start to its exit: it
+gets SIGTERM as soon as nsqd has handed it every message (the channel's depth is 0,
+polled over one kept-alive HTTP connection every 20 ms), which makes it write, sync and
+FIN what it holds (Go's: everything it received; ours requeues what had not reached its
+files yet), then exit. Waiting for the last FIN instead would time the --sync-interval:
+both tools hold a last batch smaller than 85% of RDY until the interval's tick (30 s by
+default). Afterwards nothing may be in flight, and the lines in the files plus the
+messages requeued must make exactly N: none lost, none both written and requeued. msg/s
+counts the lines written. Beside it: fsync and fdatasync calls per second of the run
+(`perf stat`) and peak RSS (`/usr/bin/time`: the kernel carries ru_maxrss across fork
+and exec, so wait4 on a child of this large process, perf included, reports this
+process's size, not the tool's).
+
+With --profile FILE it instead runs ours once in plain mode under py-spy (raw stacks to
+FILE, 500 samples/s) and prints where the time went: the top functions by self time, and
+by inclusive time those of nsqtools.
+
+    .venv/bin/python bench/to_file.py [--messages N] [--runs R] [--modes plain,gzip]
+    .venv/bin/python bench/to_file.py --profile /tmp/to_file.raw
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import httpx
+
+from nsqtools.httpapi import nsqd as nsqd_api
+from nsqtools.httpapi import send_sync
+from nsqtools.httpapi.nsqd import ChannelStats
+from nsqtools.testing import Nsqd, find_binary
+
+TOPIC = "bench"
+BODY = b"x" * 92  # after an 8-digit index: 100 bytes
+CONTENDERS = ("go", "ours")
+MODES: dict[str, list[str]] = {"plain": [], "gzip": ["--gzip"]}
+CHECKOUT = Path(__file__).resolve().parent.parent
+OURS = [sys.executable, "-c", "from nsqtools.entry import nsq_to_file; nsq_to_file()"]
+PY_SPY = str(Path(sys.executable).parent / "py-spy")
+SYNC_EVENTS = "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync"
+POLL_SECONDS = 0.02
+SLOWEST_RATE = 2_000  # msg/s: a drain slower than this is stuck, not slow
+STOP_SECONDS = 60.0
+SETTLE_SECONDS = 10.0  # for nsqd to read the FINs a tool sent before it exited
+TOP = 15
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One contender's run: start to exit, start to the last message handed over, lines
+    written, messages requeued at the stop, sync calls and peak RSS."""
+
+    seconds: float
+    emptied: float
+    written: int
+    requeued: int
+    syncs: int
+    peak_kib: int
+
+
+class ChannelWatch:
+    """One channel's /stats over a kept-alive connection: cheap enough to poll often."""
+
+    def __init__(self, client: httpx.Client, nsqd: Nsqd, channel: str) -> None:
+        self.client = client
+        self.channel = channel
+        self.call = nsqd_api.stats(nsqd.http_address, TOPIC, channel, include_clients=False)
+
+    def counts(self) -> ChannelStats:
+        return send_sync(self.client, self.call).topic(TOPIC).channel(self.channel)
+
+    def holds(self, count: int) -> bool:
+        return self.counts().depth == count
+
+    def emptied(self) -> bool:
+        return self.counts().depth == 0
+
+    def idle(self) -> bool:
+        return self.counts().in_flight_count == 0
+
+    def waiting(self) -> int:
+        """Messages back in the channel: requeued at once, or deferred."""
+        stats = self.counts()
+        return stats.depth + stats.deferred_count
+
+
+def argv_of(name: str, mode: str, nsqd: Nsqd, channel: str, output: Path) -> list[str]:
+    tool = [str(find_binary("nsq_to_file"))] if name == "go" else OURS
+    return [
+        *tool,
+        f"--nsqd-tcp-address={nsqd.tcp_address}",
+        f"--topic={TOPIC}",
+        f"--channel={channel}",
+        f"--output-dir={output}",
+        *MODES[mode],
+    ]
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the filesystem holding `path` (its longest mount point in /proc/mounts)."""
+    resolved, best, kind = str(path.resolve()), "", "unknown"
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, mount_point, fs_type, *_ = line.split()
+        inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, kind = mount_point, fs_type
+    return f"{kind} ({best})"
+
+
+def fill(nsqd: Nsqd, watches: list[ChannelWatch], count: int) -> None:
+    """N messages in every watched channel, waiting until nsqd has copied them all in."""
+    nsqd.create_channels(TOPIC, *(watch.channel for watch in watches))
+    nsqd.publish_many(TOPIC, (b"%08d" % index + BODY for index in range(count)))
+    for watch in watches:
+        wait_for(partial(watch.holds, count), None, STOP_SECONDS, f"{count} in {watch.channel}")
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    process: subprocess.Popen[bytes] | None,
+    timeout: float,
+    what: str,
+) -> None:
+    """Poll until the condition holds; exit if the process ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process is not None and process.poll() is not None:
+            sys.exit(f"{what}: the tool exited ({process.returncode}) first")
+        if time.monotonic() > deadline:
+            sys.exit(f"{what}: not done after {timeout:g}s")
+        time.sleep(POLL_SECONDS)
+
+
+def innermost(pid: int) -> int:
+    """The tool under its wrappers (perf, time, py-spy): each one's child, to the last."""
+    while children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        pid = int(children[0])
+    return pid
+
+
+def run_until_emptied(
+    argv: list[str], watch: ChannelWatch, count: int, log: Path
+) -> tuple[float, float]:
+    """Seconds from the start of `argv` to its exit, and to the channel's emptying, when it
+    gets SIGTERM; exits unless all is then FIN'd or requeued."""
+    what = f"{watch.channel} ({log})"
+    with log.open("wb") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "PYTHONPATH": str(CHECKOUT)},  # ours from this checkout
+        )
+        wait_for(watch.emptied, process, 60 + count / SLOWEST_RATE, what)
+        emptied = time.perf_counter() - started
+        os.kill(innermost(process.pid), signal.SIGTERM)
+        status = process.wait(STOP_SECONDS)
+        exited = time.perf_counter() - started
+    if status != 0:
+        sys.exit(f"{what}: exit status {status} after SIGTERM")
+    wait_for(watch.idle, None, SETTLE_SECONDS, f"{what}: nothing in flight")
+    return exited, emptied
+
+
+def open_archive(path: Path, mode: str) -> io.BufferedIOBase:
+    return gzip.open(path, "rb") if mode == "gzip" else path.open("rb")
+
+
+def lines_in(output: Path, mode: str) -> int:
+    """Lines in the topic's files (gzip members decompressed), read in blocks."""
+    total = 0
+    for path in output.glob(f"{TOPIC}.*"):
+        with open_archive(path, mode) as archive:
+            total += sum(block.count(b"\n") for block in iter(partial(archive.read, 1 << 20), b""))
+    return total
+
+
+def syncs_counted(report: Path) -> int:
+    """The sum of the sync events' counts in perf stat's CSV report (-x,)."""
+    lines = report.read_text().splitlines()
+    return sum(int(line.split(",")[0]) for line in lines if line and not line.startswith("#"))
+
+
+def drain(
+    nsqd: Nsqd, watch: ChannelWatch, name: str, mode: str, count: int, scratch: Path
+) -> Drain:
+    """One measured run of one contender, its output checked then removed."""
+    output, syncs, rss = scratch / "output", scratch / "syncs.csv", scratch / "rss"
+    output.mkdir(parents=True)
+    wrappers = ["perf", "stat", "-x,", "-e", SYNC_EVENTS, "-o", str(syncs), "--"]
+    wrappers += ["/usr/bin/time", "-f", "%M", "-o", str(rss)]
+    argv = wrappers + argv_of(name, mode, nsqd, watch.channel, output)
+    seconds, emptied = run_until_emptied(argv, watch, count, scratch / "stderr.log")
+    written, requeued = lines_in(output, mode), watch.waiting()
+    if written + requeued != count:
+        sys.exit(f"{name} {mode}: {written:,} lines + {requeued:,} requeued, not {count:,}")
+    shutil.rmtree(output)
+    # time writes "Command exited with non-zero status" first when there is one.
+    peak_kib = int(rss.read_text().split()[-1])
+    return Drain(seconds, emptied, written, requeued, syncs_counted(syncs), peak_kib)
+
+
+def measure(
+    nsqd: Nsqd, client: httpx.Client, args: argparse.Namespace, scratch: Path
+) -> dict[tuple[str, str], list[Drain]]:
+    results: dict[tuple[str, str], list[Drain]] = {
+        (name, mode): [] for mode in args.modes for name in CONTENDERS
+    }
+    for run in range(args.runs):
+        for mode in args.modes:
+            order = CONTENDERS if run % 2 == 0 else CONTENDERS[::-1]
+            watches = {name: ChannelWatch(client, nsqd, f"{name}-{mode}-{run}") for name in order}
+            fill(nsqd, list(watches.values()), args.messages)
+            for name in order:
+                watch = watches[name]
+                result = drain(nsqd, watch, name, mode, args.messages, scratch / watch.channel)
+                results[name, mode].append(result)
+                print(f"run {run + 1} {mode:>5} {name:>4}: {described(result)}", flush=True)
+            nsqd.delete_topic(TOPIC)  # so nsqd's memory does not grow from mode to mode
+    return results
+
+
+def described(drain: Drain) -> str:
+    return (
+        f"{drain.written / drain.seconds:>9,.0f} msg/s, {drain.syncs / drain.seconds:>6,.0f}"
+        f" fsyncs/s ({drain.syncs:,}), peak RSS {drain.peak_kib / 1024:5.1f} MiB; emptied at"
+        f" {drain.emptied:.2f} s, exited at {drain.seconds:.2f} s, {drain.requeued} requeued"
+    )
+
+
+def summarise(results: dict[tuple[str, str], list[Drain]], args: argparse.Namespace) -> None:
+    print(f"medians over {args.runs} runs of {args.messages:,} messages:")
+    for mode in args.modes:
+        rate, syncs, peak = {}, {}, {}
+        for name in CONTENDERS:
+            drains = results[name, mode]
+            rate[name] = statistics.median(drain.written / drain.seconds for drain in drains)
+            syncs[name] = statistics.median(drain.syncs / drain.seconds for drain in drains)
+            peak[name] = statistics.median(drain.peak_kib / 1024 for drain in drains)
+        print(
+            f"{mode:>5}: go {rate['go']:,.0f} msg/s, ours {rate['ours']:,.0f} msg/s: "
+            f"ours/go {rate['ours'] / rate['go']:.2f}x (target 4x); fsyncs/s go "
+            f"{syncs['go']:,.0f}, ours {syncs['ours']:,.0f}; peak RSS go {peak['go']:.1f} MiB, "
+            f"ours {peak['ours']:.1f} MiB ({peak['ours'] / peak['go']:.1f}x)"
+        )
+
+
+def profile(nsqd: Nsqd, client: httpx.Client, count: int, scratch: Path, stacks: Path) -> None:
+    watch = ChannelWatch(client, nsqd, "profile")
+    fill(nsqd, [watch], count)
+    (scratch / "profile").mkdir(parents=True)
+    tool = argv_of("ours", "plain", nsqd, watch.channel, scratch / "profile")
+    argv = [PY_SPY, "record", "-r", "500", "-f", "raw", "-o", str(stacks), "--", *tool]
+    seconds, _ = run_until_emptied(argv, watch, count, scratch / "py-spy.log")
+    print(f"ours plain under py-spy: {count / seconds:,.0f} msg/s")
+    print_profile(stacks)
+
+
+def print_profile(stacks: Path) -> None:
+    """Self time (the innermost frame) and inclusive time (anywhere in the stack) by function,
+    lines merged: py-spy's raw lines are "frame;frame;... samples", a frame "name (file:line)".
+    """
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for line in stacks.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
+        own[frames[-1]] += int(count)
+        inclusive.update(dict.fromkeys(frames, int(count)))
+    total = sum(own.values())
+    print(f"{total:,} samples; self time:")
+    for frame, samples in own.most_common(TOP):
+        print(f"  {samples / total:6.1%}  {frame}")
+    print("inclusive time, nsqtools:")
+    ours = Counter({frame: samples for frame, samples in inclusive.items() if "nsqtools" in frame})
+    for frame, samples in ours.most_common(TOP):
+        print(f"  {samples / total:6.1%}  {frame}")
+
+
+def modes(text: str) -> list[str]:
+    chosen = text.split(",")
+    if unknown := set(chosen) - set(MODES):
+        raise argparse.ArgumentTypeError(f"unknown modes {sorted(unknown)}; known: {list(MODES)}")
+    return chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", type=modes, default=list(MODES), help="e.g. plain,gzip")
+    parser.add_argument("--output-root", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--profile", type=Path, help="py-spy ours (plain) to this file instead")
+    args = parser.parse_args()
+    print(f"output on {filesystem_of(args.output_root)}, load average {os.getloadavg()}")
+    with tempfile.TemporaryDirectory(prefix="nsqtools-bench-", dir=args.output_root) as tmp:
+        scratch = Path(tmp)
+        queue = f"--mem-queue-size={args.messages + 10}"  # per channel
+        with Nsqd(scratch / "nsqd", extra_args=[queue]) as nsqd, httpx.Client() as client:
+            assert isinstance(nsqd, Nsqd)
+            if args.profile:
+                profile(nsqd, client, args.messages, scratch, args.profile)
+                return
+            results = measure(nsqd, client, args, scratch)
+    summarise(results, args)
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
