@@ -34,7 +34,9 @@ def gzip_member(data: bytes, level: int) -> bytes:
 
 
 class ArchiveFile:
-    """An open archive file: add() gathers records, sync() makes them durable."""
+    """An open archive file: add() gathers records, take() hands them over, and
+    write_and_sync() (in a worker thread) makes them durable; records added meanwhile
+    wait for the next take."""
 
     def __init__(self, path: Path, fd: int, gzip_level: int | None) -> None:
         self.path = path
@@ -59,16 +61,18 @@ class ArchiveFile:
         self._gathered.append(records)
         self.size += len(records)
 
-    @property
-    def has_unsynced(self) -> bool:
-        return bool(self._gathered)
+    def take(self) -> bytes:
+        """The records gathered since the last take, for write_and_sync."""
+        records = b"".join(self._gathered)
+        self._gathered = []
+        return records
 
-    def sync(self) -> None:
-        """Write what was gathered (one gzip member with gzip) and fsync the file."""
-        if self._gathered:
-            data = b"".join(self._gathered)
-            self._gathered = []
-            self._write(data if self._gzip_level is None else gzip_member(data, self._gzip_level))
+    def write_and_sync(self, records: bytes) -> None:
+        """Write records (as one gzip member with gzip) and fsync the file: the one
+        blocking call a sync makes."""
+        if records:
+            level = self._gzip_level
+            self._write(records if level is None else gzip_member(records, level))
         os.fsync(self._fd)
         self._synced = self._written
 
@@ -77,7 +81,7 @@ class ArchiveFile:
         `gzip -d` refuses a file of zero bytes."""
         if self._written == 0 and not self._gathered and self._gzip_level is not None:
             self._write(gzip_member(b"", self._gzip_level))
-        self.sync()
+        self.write_and_sync(self.take())
         self._closed = True
         os.close(self._fd)
 

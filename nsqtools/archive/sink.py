@@ -18,6 +18,7 @@ held goes back to nsqd.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -80,19 +81,18 @@ class TopicArchive:
 
     tick_interval: float | None
 
-    def __init__(
-        self,
-        topic: str,
-        settings: ArchiveSettings,
-        counters: ArchiveCounters,
-        clock: Callable[[], datetime] = lambda: datetime.now().astimezone(),
-    ) -> None:
+    def __init__(self, topic: str, settings: ArchiveSettings, counters: ArchiveCounters) -> None:
         self.topic = topic
         self.settings = settings
         self.counters = counters
         self.tick_interval = settings.sync_interval
-        self._clock = clock
-        self._lock = trio.Lock()
+        self._lock = trio.Lock()  # the file's state: rotation, closing
+        self._sync_lock = trio.Lock()  # one sync at a time, in order
+        self._sync_wanted = trio.Event()
+        # Half the in-flight window waiting starts a sync, while nsqd sends the other half.
+        self._sync_at = max(1, settings.max_in_flight // 2)
+        self._stem_second = -1  # the second _stem_now was computed for
+        self._stem_now = ""
         self._file: ArchiveFile | None = None
         self._marker: Marker | None = None
         self._stem = ""  # the current name before <REV>; a new one resets REV
@@ -113,8 +113,20 @@ class TopicArchive:
             await self._add(self._records(delivery))
             self._held.append(delivery)
             self._held_count += delivery.count
-            if self._held_count >= self.settings.max_in_flight:
+        if self._held_count >= self._sync_at:
+            self._sync_wanted.set()
+
+    async def keep_syncing(self) -> None:
+        """Sync in the background whenever half the in-flight window waits: the fsync
+        and nsqd's sending of the other half overlap. Run beside the consumers (a failure
+        ends it; the next accept or flush raises it)."""
+        while self._failure is None:
+            await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            try:
                 await self._sync()
+            except SinkFailed:
+                return
 
     async def flush(self) -> None:
         async with self._lock:
@@ -200,7 +212,13 @@ class TopicArchive:
         log.info("%s opening %s", self._where, self._file.path)
 
     def _current_stem(self) -> str:
-        return self.settings.names.stem(self.topic, self._clock())
+        """The name for now; worked out once a second (a name never changes faster)."""
+        now = time.time()
+        if int(now) != self._stem_second:
+            self._stem_second = int(now)
+            when = datetime.fromtimestamp(now).astimezone()
+            self._stem_now = self.settings.names.stem(self.topic, when)
+        return self._stem_now
 
     def _open_next(self) -> ArchiveFile:
         """The first REV from the current one whose name is free (Go's rules)."""
@@ -247,7 +265,8 @@ class TopicArchive:
         archive, marker, opened = self._file, self._marker, self._opened
         if archive is None or marker is None or opened is None:
             return
-        await self._blocking(lambda: self._close_and_place(archive, opened))
+        async with self._sync_lock:
+            await self._blocking(lambda: self._close_and_place(archive, opened))
         self._file = self._marker = self._opened = None
         marker.remove()
 
@@ -262,18 +281,22 @@ class TopicArchive:
     # -- sync --------------------------------------------------------------------------
 
     async def _sync(self) -> None:
-        """Make every record written durable, then FIN the deliveries that hold them."""
-        archive = self._file
-        if archive is None and not self._held:
-            return
-        if archive is not None and (archive.has_unsynced or self._held):
-            await self._blocking(archive.sync)
-            self.counters.syncs += 1
-            log.debug("%s synced %d records to disk", self._where, self._held_count)
-        held, self._held, self._held_count = self._held, [], 0
-        for delivery in held:
-            delivery.done()
-            self.counters.messages += delivery.count
+        """Make every record written so far durable, then FIN the deliveries that hold
+        them (those of records added meanwhile wait for the next sync)."""
+        async with self._sync_lock:
+            self._check_usable()
+            archive = self._file
+            # Taken together, with no checkpoint between: the records and their deliveries.
+            held, self._held, self._held_count = self._held, [], 0
+            records = archive.take() if archive is not None else b""
+            if archive is not None and (records or held):
+                await self._blocking(lambda: archive.write_and_sync(records))
+                self.counters.syncs += 1
+                log.debug("%s synced %d messages to disk", self._where, len(held))
+            # Without a file, they were in files closed (and synced) since.
+            for delivery in held:
+                delivery.done()
+                self.counters.messages += delivery.count
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         """Run a file operation in a worker thread; a failure breaks the sink for good."""

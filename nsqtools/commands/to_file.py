@@ -311,10 +311,6 @@ async def to_file(settings: ToFileSettings) -> None:
     counters = ArchiveCounters()
     archives: dict[str, TopicArchive] = {}
 
-    def sink_for(topic: str) -> TopicArchive:
-        archives[topic] = TopicArchive(topic, archive, counters)
-        return archives[topic]
-
     consume = ConsumeSettings(
         topics=settings.topics,
         channel=archive.channel,
@@ -325,6 +321,11 @@ async def to_file(settings: ToFileSettings) -> None:
     )
     failure: SinkFailed | None = None
     async with trio.open_nursery() as nursery:
+
+        def sink_for(topic: str) -> TopicArchive:
+            archives[topic] = TopicArchive(topic, archive, counters)
+            nursery.start_soon(archives[topic].keep_syncing)
+            return archives[topic]
 
         def close_all() -> None:
             for topic_archive in list(archives.values()):
