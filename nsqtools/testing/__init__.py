@@ -2,14 +2,15 @@
 
 This package owns starting, stopping, killing and freezing real nsqd and nsqlookupd
 processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
-running the Go reference utilities side by side with ours, the faults every tool's
-tests reuse (a throttled, silent or cut link: proxy.py; a lookupd answering junk:
-junklookupd.py; a second filesystem, real or pretended: filesystems.py), and work
+running the Go reference utilities side by side with ours (run from this copy of the
+package), the faults every tool's tests reuse (a throttled, silent or cut link:
+proxy.py; a lookupd answering junk: junklookupd.py; a second filesystem, real or
+pretended: filesystems.py), and work
 bounds without timers (bytes allocated per step: work.py).
 Nothing here fakes nsqd.
 """
 
-from nsqtools.testing.binaries import NsqNotInstalled, find_binary, run_go_tool
+from nsqtools.testing.binaries import NsqNotInstalled, find_binary, our_tool, run_go_tool
 from nsqtools.testing.cluster import (
     Nsqd,
     Nsqlookupd,
@@ -37,6 +38,7 @@ __all__ = [
     "find_binary",
     "links_cross_filesystems",
     "other_filesystem",
+    "our_tool",
     "run_go_tool",
     "wait_until",
 ]

@@ -1,0 +1,353 @@
+"""nsq_to_file under faults, as a user meets them: kill -9 and a restart, a file size
+limit, a full disk, a read-only output dir, a work dir on another filesystem, SIGHUP.
+
+Real nsqd, with a short --msg-timeout so that what a killed run held comes back soon,
+and our tool as a child process run from this copy of nsqtools. What became of every
+message is checked on both sides: every archive decompresses to whole lines, and every
+published body is on disk or still in nsqd: nothing FIN'd that was not written and
+synced. Waits are conditions with a deadline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from nsqtools.archive.inprogress import MARKERS
+from nsqtools.archive.placing import PARTIAL_PREFIX
+from nsqtools.httpapi.nsqd import ChannelStats
+from nsqtools.testing import (
+    Nsqd,
+    other_filesystem,
+    our_tool,
+    wait_until,
+)
+from tests.conftest import LocalNsq, not_in_nsqd
+
+TOPIC = "faults"
+CHANNEL = "nsq_to_file"
+# Names without a date, so a test knows them, with REV in every name; and a sync well
+# within nsqd's --msg-timeout (else nsqd gives held messages again before they are FIN'd).
+COMMON = [
+    "--host-identifier=host",
+    "--filename-format=<TOPIC>.<HOST><REV>.log",
+    "--sync-interval=500ms",
+]
+DEADLINE = 20.0  # seconds for any one thing to happen
+
+
+@pytest.fixture
+def nsqd(local_nsq: LocalNsq) -> Nsqd:
+    """An nsqd that gives a message again 2s after its consumer went silent (a killed
+    run's messages come back within the test)."""
+    return local_nsq.nsqd(extra_args=["--msg-timeout=2s"])
+
+
+def bodies(start: int, stop: int) -> list[bytes]:
+    """Numbered bodies that compress about as much as real data does (a hash in each)."""
+    return [
+        b"%08d-%s" % (index, hashlib.sha256(b"%d" % index).hexdigest().encode())
+        for index in range(start, stop)
+    ]
+
+
+# -- our tool, as a process ------------------------------------------------------------
+
+
+class Run:
+    """One run of our nsq_to_file on the test channel; its stderr goes to a file (a
+    pipe nobody reads could fill up and stop it)."""
+
+    def __init__(
+        self,
+        nsqd: Nsqd,
+        stderr: Path,
+        args: list[str],
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
+        self.stderr_path = stderr
+        with stderr.open("wb") as errors:
+            self.process = subprocess.Popen(
+                [
+                    *our_tool("nsq_to_file"),
+                    f"--nsqd-tcp-address={nsqd.tcp_address}",
+                    f"--topic={TOPIC}",
+                    f"--channel={CHANNEL}",
+                    *COMMON,
+                    *args,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                preexec_fn=preexec_fn,
+            )
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def wait(self) -> int:
+        return self.process.wait(DEADLINE)
+
+    def stop(self) -> int:
+        """SIGTERM, and its exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.wait()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def owns(self, marker: Path) -> bool:
+        """The marker of a file this run opened (markers are named <pid>-<serial>)."""
+        return marker.name.startswith(f"{self.process.pid}-")
+
+
+@contextmanager
+def running(
+    nsqd: Nsqd, stderr: Path, *args: str, preexec_fn: Callable[[], None] | None = None
+) -> Iterator[Run]:
+    """A run that is killed at the end of the block if it is still running."""
+    run = Run(nsqd, stderr, list(args), preexec_fn)
+    try:
+        yield run
+    finally:
+        if run.process.poll() is None:
+            run.kill()
+
+
+def assert_one_error_line(stderr: str, *parts: str) -> None:
+    """The run ended on one clear line (after its log lines) holding every part."""
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("nsq_to_file: error: ")]
+    assert len(errors) == 1, stderr
+    assert stderr.splitlines()[-1] == errors[0]
+    for part in parts:
+        assert part in errors[0], stderr
+
+
+# -- nsqd's side -----------------------------------------------------------------------
+
+
+def channel(nsqd: Nsqd) -> ChannelStats | None:
+    try:
+        return nsqd.channel_stats(TOPIC, CHANNEL)
+    except KeyError:
+        return None
+
+
+def drained(nsqd: Nsqd, published: int) -> bool:
+    """Every one of the `published` messages FIN'd: none waiting, in flight or deferred."""
+    stats = channel(nsqd)
+    return (
+        stats is not None
+        and stats.message_count == published
+        and stats.depth == stats.in_flight_count == stats.deferred_count == 0
+    )
+
+
+def finished_by_clients(nsqd: Nsqd) -> int:
+    """Messages FIN'd by the consumers connected now (a killed run's are gone)."""
+    stats = channel(nsqd)
+    return 0 if stats is None else sum(client.finish_count for client in stats.clients)
+
+
+def assert_in_nsqd(nsqd: Nsqd, wanted: set[bytes]) -> None:
+    missing = sorted(trio.run(not_in_nsqd, nsqd, TOPIC, wanted, CHANNEL))
+    assert not missing, f"{len(missing)} messages neither on disk nor in nsqd: {missing[:3]}"
+
+
+# -- the files' side -------------------------------------------------------------------
+
+
+def archives(directory: Path) -> list[Path]:
+    """The archive files under directory (hidden files, such as markers, aside)."""
+    return sorted(
+        path
+        for path in directory.rglob("*")
+        if path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    )
+
+
+def archived_lines(*directories: Path) -> list[bytes]:
+    """The lines of every archive under the directories, each checked readable: a gzip
+    file decompresses (and is not empty: gzip -d refuses that), and every file ends
+    with a whole line."""
+    lines: list[bytes] = []
+    for path in (path for directory in directories for path in archives(directory)):
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            assert data, f"{path} is empty: not a gzip file"
+            data = gzip.decompress(data)
+        assert not data or data.endswith(b"\n"), f"{path} ends mid-line"
+        lines += data.splitlines()
+    return lines
+
+
+def markers(work_dir: Path) -> list[Path]:
+    directory = work_dir / MARKERS
+    return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
+def partial_copies(output_dir: Path) -> list[Path]:
+    return sorted(output_dir.rglob(f"{PARTIAL_PREFIX}*"))
+
+
+# -- kill -9, again and again ----------------------------------------------------------
+
+
+class Publisher(threading.Thread):
+    """Publishes numbered bodies in small batches until stopped, keeping the channel's
+    backlog short (the next batch waits until the tool has taken most of the last)."""
+
+    def __init__(self, nsqd: Nsqd, batch: int = 100, backlog: int = 500) -> None:
+        super().__init__(name="publisher", daemon=True)
+        self.nsqd = nsqd
+        self.batch = batch
+        self.backlog = backlog
+        self.published: list[bytes] = []
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                wait_until(self._room, 60, "room in the channel's backlog")
+                batch = bodies(len(self.published), len(self.published) + self.batch)
+                self.nsqd.publish_many(TOPIC, batch)
+                self.published += batch
+        except BaseException as error:  # re-raised by stop(), in the test's thread
+            self.error = error
+
+    def _room(self) -> bool:
+        stats = channel(self.nsqd)
+        return self.stopping.is_set() or stats is None or stats.depth < self.backlog
+
+    def stop(self) -> list[bytes]:
+        """Stop publishing; every body published."""
+        self.stopping.set()
+        self.join(DEADLINE)
+        if self.error is not None:
+            raise self.error
+        return self.published
+
+
+# When to kill a run: a condition on nsqd, the run and the work dir.
+KillPoint = Callable[[Nsqd, Run, Path], bool]
+
+
+def at_once(nsqd: Nsqd, run: Run, work_dir: Path) -> bool:
+    return True  # while it starts, or repairs what the last run left
+
+
+def subscribed(nsqd: Nsqd, run: Run, work_dir: Path) -> bool:
+    stats = channel(nsqd)
+    return stats is not None and stats.client_count > 0
+
+
+def opened_a_file(nsqd: Nsqd, run: Run, work_dir: Path) -> bool:
+    return any(run.owns(marker) for marker in markers(work_dir))
+
+
+def finished(count: int) -> KillPoint:
+    def condition(nsqd: Nsqd, run: Run, work_dir: Path) -> bool:
+        return finished_by_clients(nsqd) >= count
+
+    condition.__name__ = f"finished {count}"
+    return condition
+
+
+KILL_POINTS = [at_once, finished(1), subscribed, finished(700), opened_a_file, finished(150)]
+
+
+def kill_loop(nsqd: Nsqd, tmp_path: Path, output_dir: Path, work_dir: Path, *args: str) -> None:
+    """Runs killed at each kill point while a publisher publishes, then a last run that
+    drains the channel: every body published is in an archive of whole lines, and
+    nothing is left in the work dir."""
+    nsqd.create_channels(TOPIC, CHANNEL)
+    options = [f"--output-dir={output_dir}", f"--work-dir={work_dir}", *args]
+    publisher = Publisher(nsqd)
+    publisher.start()
+    try:
+        for index, kill_point in enumerate(KILL_POINTS):
+            with running(nsqd, tmp_path / f"run{index}.stderr", *options) as run:
+                wait_until(
+                    lambda: kill_point(nsqd, run, work_dir),  # noqa: B023
+                    DEADLINE,
+                    f"run {index} to reach {kill_point.__name__}",
+                )
+                run.kill()
+    finally:
+        published = publisher.stop()
+    with running(nsqd, tmp_path / "last.stderr", *options) as run:
+        wait_until(lambda: drained(nsqd, len(published)), DEADLINE, "the last run to drain")
+        assert run.stop() == 0, run.stderr
+    assert set(published) <= set(archived_lines(output_dir))
+    assert markers(work_dir) == []
+    if work_dir != output_dir:
+        assert archives(work_dir) == []
+
+
+def test_kill_9_loop_plain_appending(nsqd: Nsqd, tmp_path: Path) -> None:
+    """Plain files without a work dir: each run appends to the file the killed one left,
+    once cut back to its last whole line."""
+    out = tmp_path / "out"
+    kill_loop(nsqd, tmp_path, out, out, "--max-in-flight=50")
+
+
+def test_kill_9_loop_gzip_work_dir_on_another_filesystem(nsqd: Nsqd, tmp_path: Path) -> None:
+    """gzip files rotated by size, written in a work dir on another filesystem (each
+    placed by a copy) when the machine has one, else beside the output dir."""
+    with other_filesystem(tmp_path) as elsewhere:
+        work = (elsewhere or tmp_path) / "work"
+        kill_loop(
+            nsqd, tmp_path, tmp_path / "out", work, "--gzip", "--rotate-size=20000",
+            "--max-in-flight=50",
+        )  # fmt: skip
+
+
+def test_kill_9_loop_plain_rotated_in_a_work_dir(nsqd: Nsqd, tmp_path: Path) -> None:
+    kill_loop(
+        nsqd, tmp_path, tmp_path / "out", tmp_path / "work", "--rotate-size=5000",
+        "--max-in-flight=20",
+    )  # fmt: skip
+
+
+def test_a_gzip_file_killed_before_its_first_sync_leaves_no_empty_file(
+    nsqd: Nsqd, tmp_path: Path
+) -> None:
+    """Killed with a file open and nothing synced in it yet: the file is empty, which
+    gzip -d refuses; it held nothing FIN'd, so the next start removes it."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    options = [f"--output-dir={out}", f"--work-dir={work}", "--gzip"]
+    body = bodies(0, 1)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, body)
+    # One message of 1000 in flight is no starvation: nothing syncs before the tick.
+    slow = ["--max-in-flight=1000", "--sync-interval=1m"]
+    with running(nsqd, tmp_path / "killed.stderr", *options, *slow) as run:
+        wait_until(lambda: opened_a_file(nsqd, run, work), DEADLINE, "a file opened")
+        wait_until(lambda: finished_by_clients(nsqd) == 0 and held(nsqd), DEADLINE, "held")
+        run.kill()
+    [left] = archives(work)
+    assert left.stat().st_size == 0
+    with running(nsqd, tmp_path / "next.stderr", *options) as run:
+        wait_until(lambda: drained(nsqd, 1), DEADLINE, "the message again, archived")
+        assert run.stop() == 0, run.stderr
+    assert archived_lines(out) == body
+    assert archives(work) == markers(work) == []
+
+
+def held(nsqd: Nsqd) -> bool:
+    stats = channel(nsqd)
+    return stats is not None and stats.in_flight_count == 1
