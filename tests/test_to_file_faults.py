@@ -27,8 +27,11 @@ from nsqtools.archive.placing import PARTIAL_PREFIX
 from nsqtools.httpapi.nsqd import ChannelStats
 from nsqtools.testing import (
     Nsqd,
+    file_size_limit,
     other_filesystem,
     our_tool,
+    remount,
+    small_filesystem,
     wait_until,
 )
 from tests.conftest import LocalNsq, not_in_nsqd
@@ -351,3 +354,110 @@ def test_a_gzip_file_killed_before_its_first_sync_leaves_no_empty_file(
 def held(nsqd: Nsqd) -> bool:
     stats = channel(nsqd)
     return stats is not None and stats.in_flight_count == 1
+
+
+# -- a full disk, a file size limit ----------------------------------------------------
+
+
+def archive_until_the_disk_fails(
+    nsqd: Nsqd,
+    tmp_path: Path,
+    output_dir: Path,
+    *args: str,
+    preexec_fn: Callable[[], None] | None = None,
+) -> tuple[set[bytes], str]:
+    """Publish more than fits, run until the tool gives up: exit 1, and every body
+    published on disk or still in nsqd (nothing FIN'd unwritten). What is on disk, and
+    the run's stderr."""
+    published = bodies(0, 3000)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, published)
+    work = tmp_path / "work"
+    options = [f"--output-dir={output_dir}", "--max-in-flight=50", *args]
+    with running(nsqd, tmp_path / "run.stderr", *options, preexec_fn=preexec_fn) as run:
+        assert run.wait() == 1, run.stderr
+    on_disk = set(archived_lines(output_dir, *([work] if work.exists() else [])))
+    assert on_disk, "nothing was written before the disk failed"
+    assert on_disk < set(published)
+    assert_in_nsqd(nsqd, set(published) - on_disk)
+    return on_disk, run.stderr
+
+
+@pytest.mark.parametrize(
+    "options", [[], ["--gzip", "--work-dir={work}"]], ids=["plain", "gzip-work-dir"]
+)
+def test_a_file_size_limit_ends_the_run_with_nothing_lost(
+    nsqd: Nsqd, tmp_path: Path, options: list[str]
+) -> None:
+    """RLIMIT_FSIZE: a write past it fails with EFBIG. The file is cut back to its last
+    sync; what it held goes back to nsqd. The next start, without the limit, places the
+    file where a finished one goes."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    options = [option.replace("{work}", str(work)) for option in options]
+    on_disk, stderr = archive_until_the_disk_fails(
+        nsqd, tmp_path, out, *options, preexec_fn=file_size_limit(20_000)
+    )
+    assert_one_error_line(stderr, str(tmp_path), ".log", ": file too large")
+    work_dir = work if options else out
+    assert len(markers(work_dir)) == 1
+    with running(nsqd, tmp_path / "next.stderr", f"--output-dir={out}", *options) as run:
+        wait_until(lambda: markers(work_dir) == [], DEADLINE, "the file repaired")
+        assert run.stop() == 0, run.stderr
+    assert set(archived_lines(out)) == on_disk
+
+
+def test_a_full_disk_ends_the_run_with_nothing_lost(nsqd: Nsqd, tmp_path: Path) -> None:
+    """A filesystem of 64 KiB (tmpfs) as the output dir: ENOSPC."""
+    with small_filesystem(tmp_path, 64 * 1024) as disk:
+        if disk is None:
+            pytest.skip("mounting a small filesystem is not permitted here")
+        _, stderr = archive_until_the_disk_fails(nsqd, tmp_path, disk)
+        assert_one_error_line(stderr, str(disk), ": no space left on device")
+
+
+# -- a read-only output dir ------------------------------------------------------------
+
+
+def test_a_read_only_output_dir_fins_nothing(nsqd: Nsqd, tmp_path: Path) -> None:
+    """Read-only (a read-only mount: file modes do not stop root): the first file cannot
+    be opened, exit 1 on one line, and every message is still in nsqd."""
+    published = bodies(0, 100)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, published)
+    with small_filesystem(tmp_path, 64 * 1024) as disk:
+        if disk is None:
+            pytest.skip("mounting a small filesystem is not permitted here")
+        remount(disk, read_only=True)
+        with running(nsqd, tmp_path / "run.stderr", f"--output-dir={disk}") as run:
+            assert run.wait() == 1, run.stderr
+        assert_one_error_line(run.stderr, str(disk), ": read-only file system")
+        assert list(disk.iterdir()) == []
+    assert_in_nsqd(nsqd, set(published))
+
+
+def test_a_read_only_output_dir_keeps_the_file_in_the_work_dir(nsqd: Nsqd, tmp_path: Path) -> None:
+    """Written and synced in the work dir, FIN'd, then the move fails: exit 1, and the
+    file stays in the work dir, marked; the next start, once the output dir is writable,
+    moves it."""
+    published = bodies(0, 100)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, published)
+    work = tmp_path / "work"
+    with small_filesystem(tmp_path, 64 * 1024) as disk:
+        if disk is None:
+            pytest.skip("mounting a small filesystem is not permitted here")
+        options = [f"--output-dir={disk}", f"--work-dir={work}"]
+        remount(disk, read_only=True)
+        with running(nsqd, tmp_path / "run.stderr", *options) as run:
+            wait_until(lambda: drained(nsqd, len(published)), DEADLINE, "all archived")
+            assert run.stop() == 1, run.stderr
+        # The line names the output dir, not only the file that could not go there.
+        assert_one_error_line(run.stderr, str(work), str(disk), ": read-only file system")
+        assert archived_lines(work) == published
+        assert len(markers(work)) == 1
+        remount(disk, read_only=False)
+        with running(nsqd, tmp_path / "next.stderr", *options) as run:
+            wait_until(lambda: archives(work) == [], DEADLINE, "the file moved")
+            assert run.stop() == 0, run.stderr
+        assert archived_lines(disk) == published
+        assert markers(work) == []

@@ -281,6 +281,8 @@ class TopicArchive:
 
     def _break(self, error: OSError) -> SinkFailed:
         place = error.filename or (self._file.path if self._file else self.settings.work_dir)
+        if error.filename2:  # a move: where to matters as much (a read-only output dir)
+            place = f"{place} -> {error.filename2}"
         self._failure = SinkFailed(f"{place}: {(error.strerror or str(error)).lower()}")
         archive, marker = self._file, self._marker
         self._file = self._marker = self._opened = None

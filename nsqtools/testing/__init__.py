@@ -5,7 +5,7 @@ processes built by scripts/install-nsq, the small AUTH service nsqd can be point
 running the Go reference utilities side by side with ours (run from this copy of the
 package), the faults every tool's tests reuse (a throttled, silent or cut link:
 proxy.py; a lookupd answering junk: junklookupd.py; a second filesystem, real or
-pretended: filesystems.py), and work
+pretended, a full or a read-only one, a file size limit: filesystems.py), and work
 bounds without timers (bytes allocated per step: work.py).
 Nothing here fakes nsqd.
 """
@@ -19,7 +19,13 @@ from nsqtools.testing.cluster import (
     TlsFiles,
     wait_until,
 )
-from nsqtools.testing.filesystems import links_cross_filesystems, other_filesystem
+from nsqtools.testing.filesystems import (
+    file_size_limit,
+    links_cross_filesystems,
+    other_filesystem,
+    remount,
+    small_filesystem,
+)
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from nsqtools.testing.proxy import LinkProxy
 from nsqtools.testing.work import AllocationMeter
@@ -35,10 +41,13 @@ __all__ = [
     "Nsqd",
     "Nsqlookupd",
     "TlsFiles",
+    "file_size_limit",
     "find_binary",
     "links_cross_filesystems",
     "other_filesystem",
     "our_tool",
+    "remount",
     "run_go_tool",
+    "small_filesystem",
     "wait_until",
 ]
