@@ -102,7 +102,13 @@ class Run:
         return self.process.wait(DEADLINE)
 
     def stop(self) -> int:
-        """SIGTERM, and its exit status."""
+        """SIGTERM once it is consuming, and its exit status. (Sooner, while it starts or
+        repairs files, SIGTERM has its default effect, before any message is taken.)"""
+        wait_until(
+            lambda: "subscribed to" in self.stderr or self.process.poll() is not None,
+            DEADLINE,
+            "the run to subscribe",
+        )
         self.process.send_signal(signal.SIGTERM)
         return self.wait()
 
@@ -461,3 +467,68 @@ def test_a_read_only_output_dir_keeps_the_file_in_the_work_dir(nsqd: Nsqd, tmp_p
             assert run.stop() == 0, run.stderr
         assert archived_lines(disk) == published
         assert markers(work) == []
+
+
+# -- a work dir on another filesystem ----------------------------------------------------
+
+
+def test_a_work_dir_on_another_filesystem_never_overwrites(nsqd: Nsqd, tmp_path: Path) -> None:
+    """Go's nsq_to_file cannot move a file across filesystems; ours copies it in. A name
+    taken in the output dir, before the file is opened or while it is, is never
+    overwritten: the next REV is taken, and no partial copy is left behind."""
+    out = tmp_path / "out"
+    out.mkdir()
+    published = bodies(0, 500)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, published)
+    with other_filesystem(tmp_path) as elsewhere:
+        if elsewhere is None:
+            pytest.skip("no second filesystem here")
+        work = elsewhere / "work"
+        (out / "faults.host-000000.log").write_bytes(b"theirs 0\n")
+        with running(
+            nsqd, tmp_path / "run.stderr", f"--output-dir={out}", f"--work-dir={work}"
+        ) as run:
+            wait_until(lambda: drained(nsqd, len(published)), DEADLINE, "all archived")
+            [opened] = archives(work)
+            assert opened.name == "faults.host-000001.log"  # REV 0 was taken
+            (out / opened.name).write_bytes(b"theirs 1\n")  # and now REV 1 is
+            assert run.stop() == 0, run.stderr
+        assert archives(work) == markers(work) == []
+    assert [path.name for path in archives(out)] == [
+        "faults.host-000000.log",
+        "faults.host-000001.log",
+        "faults.host-000002.log",
+    ]
+    assert (out / "faults.host-000000.log").read_bytes() == b"theirs 0\n"
+    assert (out / "faults.host-000001.log").read_bytes() == b"theirs 1\n"
+    assert archived_lines(out)[2:] == published
+    assert partial_copies(out) == []
+
+
+# -- SIGHUP ----------------------------------------------------------------------------
+
+
+def test_sighup_closes_and_moves_the_open_file(nsqd: Nsqd, tmp_path: Path) -> None:
+    """SIGHUP (after logrotate, say) closes the open file and moves it out of the work
+    dir; the next message opens the next REV. Go's nsq_to_file dies here: it goes on
+    writing to the file it closed."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    first, second = bodies(0, 100), bodies(100, 200)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, first)
+    with running(nsqd, tmp_path / "run.stderr", f"--output-dir={out}", f"--work-dir={work}") as run:
+        wait_until(lambda: drained(nsqd, len(first)), DEADLINE, "the first messages archived")
+        assert [path.name for path in archives(work)] == ["faults.host-000000.log"]
+        run.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: archives(work) == markers(work) == [], DEADLINE, "the file moved")
+        nsqd.publish_many(TOPIC, second)
+        wait_until(lambda: drained(nsqd, 200), DEADLINE, "the next messages archived")
+        assert [path.name for path in archives(work)] == ["faults.host-000001.log"]
+        assert run.stop() == 0, run.stderr
+    assert [path.name for path in archives(out)] == [
+        "faults.host-000000.log",
+        "faults.host-000001.log",
+    ]
+    assert (out / "faults.host-000000.log").read_bytes().splitlines() == first
+    assert (out / "faults.host-000001.log").read_bytes().splitlines() == second
