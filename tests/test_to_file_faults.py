@@ -164,6 +164,12 @@ def drained(nsqd: Nsqd, published: int) -> bool:
     )
 
 
+def held(nsqd: Nsqd) -> bool:
+    """One message in flight: taken by the tool, not FIN'd yet."""
+    stats = channel(nsqd)
+    return stats is not None and stats.in_flight_count == 1
+
+
 def finished_by_clients(nsqd: Nsqd) -> int:
     """Messages FIN'd by the consumers connected now (a killed run's are gone)."""
     stats = channel(nsqd)
@@ -357,11 +363,6 @@ def test_a_gzip_file_killed_before_its_first_sync_leaves_no_empty_file(
     assert archives(work) == markers(work) == []
 
 
-def held(nsqd: Nsqd) -> bool:
-    stats = channel(nsqd)
-    return stats is not None and stats.in_flight_count == 1
-
-
 # -- a full disk, a file size limit ----------------------------------------------------
 
 
@@ -443,8 +444,8 @@ def test_a_read_only_output_dir_fins_nothing(nsqd: Nsqd, tmp_path: Path) -> None
 
 def test_a_read_only_output_dir_keeps_the_file_in_the_work_dir(nsqd: Nsqd, tmp_path: Path) -> None:
     """Written and synced in the work dir, FIN'd, then the move fails: exit 1, and the
-    file stays in the work dir, marked; the next start, once the output dir is writable,
-    moves it."""
+    file stays in the work dir, marked; a start fails the same way, until the output dir
+    is writable again and the next start moves it."""
     published = bodies(0, 100)
     nsqd.create_channels(TOPIC, CHANNEL)
     nsqd.publish_many(TOPIC, published)
@@ -461,6 +462,9 @@ def test_a_read_only_output_dir_keeps_the_file_in_the_work_dir(nsqd: Nsqd, tmp_p
         assert_one_error_line(run.stderr, str(work), str(disk), ": read-only file system")
         assert archived_lines(work) == published
         assert len(markers(work)) == 1
+        with running(nsqd, tmp_path / "again.stderr", *options) as run:
+            assert run.wait() == 1, run.stderr  # at start, repairing what is marked
+        assert_one_error_line(run.stderr, str(work), str(disk), ": read-only file system")
         remount(disk, read_only=False)
         with running(nsqd, tmp_path / "next.stderr", *options) as run:
             wait_until(lambda: archives(work) == [], DEADLINE, "the file moved")
@@ -469,7 +473,7 @@ def test_a_read_only_output_dir_keeps_the_file_in_the_work_dir(nsqd: Nsqd, tmp_p
         assert markers(work) == []
 
 
-# -- a work dir on another filesystem ----------------------------------------------------
+# -- a work dir on another filesystem --------------------------------------------------
 
 
 def test_a_work_dir_on_another_filesystem_never_overwrites(nsqd: Nsqd, tmp_path: Path) -> None:
@@ -504,6 +508,29 @@ def test_a_work_dir_on_another_filesystem_never_overwrites(nsqd: Nsqd, tmp_path:
     assert (out / "faults.host-000001.log").read_bytes() == b"theirs 1\n"
     assert archived_lines(out)[2:] == published
     assert partial_copies(out) == []
+
+
+def test_an_output_dir_too_full_for_the_copy_keeps_the_file_in_the_work_dir(
+    nsqd: Nsqd, tmp_path: Path
+) -> None:
+    """The output dir on another, full filesystem: the copy in fails, exit 1 on a line
+    that names the output dir; the file stays whole in the work dir, marked, and no
+    partial copy is left."""
+    published = bodies(0, 2000)  # 146 kB
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, published)
+    work = tmp_path / "work"
+    with small_filesystem(tmp_path, 64 * 1024) as disk:
+        if disk is None:
+            pytest.skip("mounting a small filesystem is not permitted here")
+        options = [f"--output-dir={disk}", f"--work-dir={work}"]
+        with running(nsqd, tmp_path / "run.stderr", *options) as run:
+            wait_until(lambda: drained(nsqd, len(published)), DEADLINE, "all archived")
+            assert run.stop() == 1, run.stderr
+        assert_one_error_line(run.stderr, str(disk), ": no space left on device")
+        assert archived_lines(work) == published
+        assert len(markers(work)) == 1
+        assert list(disk.iterdir()) == []
 
 
 # -- SIGHUP ----------------------------------------------------------------------------
