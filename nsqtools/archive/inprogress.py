@@ -5,10 +5,10 @@ Before a file is opened, a marker for it is written (and synced) in the work dir
 close removes it. At start, every marker that nobody holds locked belongs to a run that
 died (kill -9, power loss): its file is cut back to its last complete record or gzip
 member (what was cut was never FIN'd, so nsqd sends it again), moved to the output
-directory like any finished file (or removed, if nothing in it was whole: gzip -d refuses
-an empty file), and the marker removed. A marker still locked belongs
-to a live run (another nsq_to_file on the same directory) and is left alone, as are files
-without a marker (never ours to touch: the default output directory is /tmp).
+directory like any finished file (or removed, if nothing in it was whole: gzip -d
+refuses an empty file), and the marker removed. A marker still locked belongs to a live
+run (another nsq_to_file on the same directory) and is left alone, as are files without
+a marker (never ours to touch: the default output directory is /tmp).
 """
 
 from __future__ import annotations
