@@ -1,7 +1,8 @@
 """Errors a command prints as one line: what failed, where, and why.
 
 Raised by the transport, consumer and producer; the CLI maps them to exit status 1.
-Protocol violations have their own types in nsqtools.protocol.errors.
+Protocol violations have their own types in nsqtools.protocol.errors. A failed file
+operation (an OSError) is described in the same way by describe_file_error.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ class NsqErrorResponse(NsqError):
         self.address = address
         self.code = code
         self.message = message
+
+
+def describe_file_error(error: OSError, place: object = None) -> str:
+    """One line for a failed file operation: where (the error's file, else `place`; both
+    ends of a link or a move, as which of them failed is the question), and why."""
+    where = f"{error.filename or place}"
+    if error.filename2:
+        where = f"{where} -> {error.filename2}"
+    return f"{where}: {(error.strerror or str(error)).lower()}"
 
 
 @contextmanager

@@ -154,15 +154,18 @@ def durable_nsq() -> Iterator[LocalNsq]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def not_in_nsqd(nsqd: Nsqd, topic: str, wanted: set[bytes]) -> set[bytes]:
-    """Which of the wanted bodies the topic does not hold, read with our consumer until
-    each is seen (or two minutes pass). Reading by nsqd's depth would not do: after a
-    crash nsqd keeps a message whose metadata it had not synced, and does not count it."""
+async def not_in_nsqd(
+    nsqd: Nsqd, topic: str, wanted: set[bytes], channel: str = "check"
+) -> set[bytes]:
+    """Which of the wanted bodies the topic (or an existing channel of it) does not hold,
+    read with our consumer until each is seen (or two minutes pass). Reading by nsqd's
+    depth would not do: after a crash nsqd keeps a message whose metadata it had not
+    synced, and does not count it."""
     missing = set(wanted)
     config = ClientConfig(max_in_flight=2500)
     with trio.move_on_after(120):
         async with open_consumer(
-            topic, "check", config, nsqd_tcp_addresses=[nsqd.tcp_address]
+            topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
         ) as consumer:
             async for batch in consumer:
                 missing.difference_update(batch.bodies)

@@ -11,30 +11,29 @@ import gzip
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, find_binary, wait_until
+from nsqtools.testing import Nsqd, find_binary, our_tool, wait_until
 from tests.conftest import Cluster
 
-OURS = str(Path(sys.executable).parent / "nsq_to_file")
+OURS = our_tool("nsq_to_file")
 TOPIC = "archive"
 # Fixed for the length of a test, so both tools compute the same names; a short sync
 # interval, as Go FINs the last messages of a run only at its next tick.
 NAMING = ["--host-identifier=host", "--datetime-format=%Y", "--sync-interval=200ms"]
 
 
-def go_tool() -> str:
-    return str(find_binary("nsq_to_file"))
+def go_tool() -> list[str]:
+    return [str(find_binary("nsq_to_file"))]
 
 
 def run_check(*args: str) -> subprocess.CompletedProcess[str]:
     """Our nsq_to_file expected to stop at once (a check of its options)."""
-    return subprocess.run([OURS, *args], capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run([*OURS, *args], capture_output=True, text=True, timeout=30, check=False)
 
 
 def drained(nsqd: Nsqd, topic: str, channel: str) -> bool:
@@ -47,9 +46,9 @@ def drained(nsqd: Nsqd, topic: str, channel: str) -> bool:
 
 
 @contextmanager
-def running(tool: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+def running(tool: list[str], *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """The tool running; SIGTERM at the end of the block, then exit 0."""
-    process = subprocess.Popen([tool, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen([*tool, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         yield process
         process.send_signal(signal.SIGTERM)

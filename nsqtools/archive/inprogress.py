@@ -5,9 +5,10 @@ Before a file is opened, a marker for it is written (and synced) in the work dir
 close removes it. At start, every marker that nobody holds locked belongs to a run that
 died (kill -9, power loss): its file is cut back to its last complete record or gzip
 member (what was cut was never FIN'd, so nsqd sends it again), moved to the output
-directory like any finished file, and the marker removed. A marker still locked belongs
-to a live run (another nsq_to_file on the same directory) and is left alone, as are files
-without a marker (never ours to touch: the default output directory is /tmp).
+directory like any finished file (or removed, if nothing in it was whole: gzip -d
+refuses an empty file), and the marker removed. A marker still locked belongs to a live
+run (another nsq_to_file on the same directory) and is left alone, as are files without
+a marker (never ours to touch: the default output directory is /tmp).
 """
 
 from __future__ import annotations
@@ -138,6 +139,13 @@ def _repair(
             source.unlink()  # the crash came between the link and the unlink
             return placed
     recovered = cut_back(source, gzip=opened.gzip)
+    if recovered.kept == 0:
+        # Nothing in it was synced, so nothing was FIN'd: no file is better than an
+        # empty one.
+        source.unlink()
+        fsync_directory(source.parent)  # else a power loss brings it back, unmarked
+        log.warning("removed %s, left empty by a run that stopped abruptly", source)
+        return None
     log.warning(
         "recovered %s from a run that stopped abruptly: kept %d bytes, cut %d",
         source,

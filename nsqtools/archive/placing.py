@@ -79,7 +79,12 @@ def _link_first_free(target: Path, candidates: Iterator[Path]) -> Path:
 
 def _copy_in(source: Path, first: Path, rest: Iterator[Path]) -> Path:
     """Place a synced copy of `source`, made beside `first`, at the first free name."""
-    copy = _synced_copy(source, first.parent)
+    try:
+        copy = _synced_copy(source, first.parent)
+    except OSError as error:
+        # Named as a move (a failed write names no file, mkstemp a hidden temporary):
+        # a full or read-only output dir is then plain to see.
+        raise OSError(error.errno, error.strerror, str(source), None, str(first)) from error
     try:
         return _link_first_free(copy, chain([first], rest))
     finally:

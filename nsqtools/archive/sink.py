@@ -33,6 +33,7 @@ from nsqtools.archive.inprogress import Marker, OpenFile, destinations
 from nsqtools.archive.names import FilenameFormat
 from nsqtools.archive.placing import move_without_overwrite
 from nsqtools.archive.recovery import cut_back
+from nsqtools.errors import describe_file_error
 from nsqtools.runtime.sinks import Delivery, SinkFailed
 
 log = logging.getLogger("nsqtools.archive")
@@ -306,8 +307,8 @@ class TopicArchive:
             raise self._break(error) from None
 
     def _break(self, error: OSError) -> SinkFailed:
-        place = error.filename or (self._file.path if self._file else self.settings.work_dir)
-        self._failure = SinkFailed(f"{place}: {(error.strerror or str(error)).lower()}")
+        place = self._file.path if self._file else self.settings.work_dir
+        self._failure = SinkFailed(describe_file_error(error, place))
         archive, marker = self._file, self._marker
         self._file = self._marker = self._opened = None
         if archive is not None:

@@ -261,8 +261,10 @@ def run(command: click.Command, prog_name: str, argv: Sequence[str] | None = Non
 
 
 def _describe(error: BaseException) -> str:
+    from nsqtools.errors import describe_file_error
+
     if isinstance(error, OSError) and error.strerror and error.filename:
-        return f"{error.filename}: {error.strerror.lower()}"
+        return describe_file_error(error)
     return str(error) or type(error).__name__
 
 

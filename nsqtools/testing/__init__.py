@@ -2,14 +2,15 @@
 
 This package owns starting, stopping, killing and freezing real nsqd and nsqlookupd
 processes built by scripts/install-nsq, the small AUTH service nsqd can be pointed at,
-running the Go reference utilities side by side with ours, the faults every tool's
-tests reuse (a throttled, silent or cut link: proxy.py; a lookupd answering junk:
-junklookupd.py; a second filesystem, real or pretended: filesystems.py), and work
+running the Go reference utilities side by side with ours (run from this copy of the
+package), the faults every tool's tests reuse (a throttled, silent or cut link:
+proxy.py; a lookupd answering junk: junklookupd.py; a second filesystem, real or
+pretended, a full or a read-only one, a file size limit: filesystems.py), and work
 bounds without timers (bytes allocated per step: work.py).
 Nothing here fakes nsqd.
 """
 
-from nsqtools.testing.binaries import NsqNotInstalled, find_binary, run_go_tool
+from nsqtools.testing.binaries import NsqNotInstalled, find_binary, our_tool, run_go_tool
 from nsqtools.testing.cluster import (
     Nsqd,
     Nsqlookupd,
@@ -18,7 +19,13 @@ from nsqtools.testing.cluster import (
     TlsFiles,
     wait_until,
 )
-from nsqtools.testing.filesystems import links_cross_filesystems, other_filesystem
+from nsqtools.testing.filesystems import (
+    file_size_limit,
+    links_cross_filesystems,
+    other_filesystem,
+    remount,
+    small_filesystem,
+)
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from nsqtools.testing.proxy import LinkProxy
 from nsqtools.testing.work import AllocationMeter
@@ -34,9 +41,13 @@ __all__ = [
     "Nsqd",
     "Nsqlookupd",
     "TlsFiles",
+    "file_size_limit",
     "find_binary",
     "links_cross_filesystems",
     "other_filesystem",
+    "our_tool",
+    "remount",
     "run_go_tool",
+    "small_filesystem",
     "wait_until",
 ]

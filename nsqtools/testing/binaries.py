@@ -1,4 +1,5 @@
-"""Where the NSQ v1.3.0 binaries built by scripts/install-nsq live, and running them.
+"""Where the NSQ v1.3.0 binaries built by scripts/install-nsq live, and running them;
+and the command line that runs one of our own tools.
 
 Lookup order: $NSQ_BIN_DIR, then the checkout's git-ignored .nsq/bin (when nsqtools runs
 from a checkout, not from a wheel), then PATH. A missing binary is an error
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +19,9 @@ from nsqtools.checkout import source_checkout
 
 CHECKOUT = source_checkout()
 DEFAULT_BIN_DIR = CHECKOUT / ".nsq" / "bin" if CHECKOUT else None
+
+# The package this module belongs to: our tools run from this very copy of it.
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 GO_TOOLS = ("nsq_tail", "nsq_to_file", "nsq_to_http", "nsq_to_nsq", "to_nsq", "nsq_stat")
 
@@ -65,3 +70,14 @@ def run_go_tool(
         timeout=timeout,
         check=False,
     )
+
+
+def our_tool(program: str) -> list[str]:
+    """The command line that runs our `program` (an entry point such as "nsq_to_file")
+    from the nsqtools this module belongs to: a console script on PATH or beside the
+    interpreter may have been installed from another copy (another worktree)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
+        f"from nsqtools.entry import {program}; {program}()"
+    )
+    return [sys.executable, "-c", code]
