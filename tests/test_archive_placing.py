@@ -4,6 +4,7 @@ link(2), and by a synced copy when the output dir is on another filesystem, real
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from nsqtools.archive import placing
 from nsqtools.archive.placing import PARTIAL_PREFIX, move_without_overwrite
 from nsqtools.testing import links_cross_filesystems, other_filesystem, wait_until
 
@@ -210,6 +212,20 @@ def test_a_kill_mid_copy_leaves_no_file_under_a_candidate_name(work: Path, out: 
         os.close(pipe)
     (left,) = out.iterdir()
     assert left.name.startswith(PARTIAL_PREFIX)
+    assert placing.remove_abandoned_copies(out) == []  # too fresh: a live copy's, maybe
+    os.utime(left, (0, 0))
+    assert placing.remove_abandoned_copies(out) == [left]
+    assert list(out.iterdir()) == []
+
+
+def test_a_live_copy_keeps_its_temporary(out: Path) -> None:
+    temporary = out / f"{PARTIAL_PREFIX}live"
+    temporary.write_bytes(b"being copied\n")
+    os.utime(temporary, (0, 0))
+    with temporary.open("rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert placing.remove_abandoned_copies(out) == []
+    assert placing.remove_abandoned_copies(out) == [temporary]
 
 
 def test_a_copy_that_fails_is_removed_and_the_source_stays(work: Path, out: Path) -> None:

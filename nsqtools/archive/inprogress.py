@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from nsqtools.archive.names import FilenameFormat
-from nsqtools.archive.placing import fsync_directory, move_without_overwrite
+from nsqtools.archive.placing import (
+    fsync_directory,
+    move_without_overwrite,
+    remove_abandoned_copies,
+)
 from nsqtools.archive.recovery import cut_back
 
 log = logging.getLogger("nsqtools.archive")
@@ -134,6 +138,8 @@ def _repair(
     if not source.exists():
         return None  # it was moved out before the crash
     if work_dir != output_dir:
+        # A copy to another filesystem that the crash cut short leaves a temporary there.
+        remove_abandoned_copies((output_dir / opened.relative_path).parent)
         placed = _placed_before(source, destinations(output_dir, names, opened))
         if placed is not None:
             source.unlink()  # the crash came between the link and the unlink
