@@ -1,12 +1,12 @@
 """One archive file being written: records gathered in memory, then written and synced
 together, so a sync is one write and one fsync whatever the number of records.
 
-Blocking calls, which the archive sink runs in a worker thread (heartbeats never wait
-for a disk). With gzip, every sync writes the records gathered since the last one as one
-complete gzip member, so each member on disk holds only records that were synced before
-their messages were FIN'd, and a file cut after its last complete member is whole. The
-members' header is Go's (no mtime, OS 255), so our files and Go's differ in no header
-byte.
+Blocking calls: the archive sink syncs on its event loop (short, and the thread hops
+would cost more) and opens and closes files in a worker thread. With gzip, every sync
+writes the records gathered since the last one as one complete gzip member, so each
+member on disk holds only records that were synced before their messages were FIN'd, and
+a file cut after its last complete member is whole. The members' header is Go's (no
+mtime, OS 255), so our files and Go's differ in no header byte.
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ def gzip_member(data: bytes, level: int) -> bytes:
 
 
 class ArchiveFile:
-    """An open archive file: add() gathers records, take() hands them over, and
-    write_and_sync() (in a worker thread) makes them durable; records added meanwhile
-    wait for the next take."""
+    """An open archive file: add() gathers records, sync() makes them durable."""
 
     def __init__(self, path: Path, fd: int, gzip_level: int | None) -> None:
         self.path = path
@@ -61,16 +59,15 @@ class ArchiveFile:
         self._gathered.append(records)
         self.size += len(records)
 
-    def take(self) -> bytes:
-        """The records gathered since the last take, for write_and_sync."""
-        records = b"".join(self._gathered)
-        self._gathered = []
-        return records
+    @property
+    def has_unsynced(self) -> bool:
+        return bool(self._gathered)
 
-    def write_and_sync(self, records: bytes) -> None:
-        """Write records (as one gzip member with gzip) and fsync the file: the one
-        blocking call a sync makes."""
-        if records:
+    def sync(self) -> None:
+        """Write what was gathered (one gzip member with gzip) and fsync the file."""
+        if self._gathered:
+            records = b"".join(self._gathered)
+            self._gathered = []
             level = self._gzip_level
             self._write(records if level is None else gzip_member(records, level))
         os.fsync(self._fd)
@@ -81,7 +78,7 @@ class ArchiveFile:
         `gzip -d` refuses a file of zero bytes."""
         if self._written == 0 and not self._gathered and self._gzip_level is not None:
             self._write(gzip_member(b"", self._gzip_level))
-        self.write_and_sync(self.take())
+        self.sync()
         self._closed = True
         os.close(self._fd)
 

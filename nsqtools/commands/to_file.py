@@ -324,7 +324,6 @@ async def to_file(settings: ToFileSettings) -> None:
 
         def sink_for(topic: str) -> TopicArchive:
             archives[topic] = TopicArchive(topic, archive, counters)
-            nursery.start_soon(archives[topic].keep_syncing)
             return archives[topic]
 
         def close_all() -> None:
