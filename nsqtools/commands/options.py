@@ -294,6 +294,15 @@ def _auth_secret(options: dict[str, Any]) -> str:
     return lines[0].strip() if lines else ""
 
 
+def consumer_addresses(options: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A consumer's nsqd and lookupd addresses, checked: exactly one kind, each valid."""
+    nsqd, lookupd = list(options["nsqd_tcp_addresses"]), list(options["lookupd_http_addresses"])
+    check_one_address_kind(nsqd, lookupd)
+    check_addresses(nsqd, "--nsqd-tcp-address")
+    check_addresses(lookupd, "--lookupd-http-address")
+    return nsqd, lookupd
+
+
 def check_one_address_kind(nsqd: Sequence[str], lookupd: Sequence[str]) -> None:
     """Consumers take nsqd addresses or lookupd addresses: exactly one kind."""
     if nsqd and lookupd:

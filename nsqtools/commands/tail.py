@@ -28,9 +28,8 @@ from nsqtools.commands.front import (
 )
 from nsqtools.commands.options import (
     GoInt,
-    check_addresses,
-    check_one_address_kind,
     connection_options,
+    consumer_addresses,
     logging_options,
     nsqd_and_lookupd_addresses,
 )
@@ -64,10 +63,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
     topics = list(options["topics"])
     if not topics:
         fail("--topic required")
-    nsqd, lookupd = list(options["nsqd_tcp_addresses"]), list(options["lookupd_http_addresses"])
-    check_one_address_kind(nsqd, lookupd)
-    check_addresses(nsqd, "--nsqd-tcp-address")
-    check_addresses(lookupd, "--lookupd-http-address")
+    nsqd, lookupd = consumer_addresses(options)
     channel = options["channel"] or f"tail{random.randrange(999999):06d}#ephemeral"
     try:
         for topic in topics:

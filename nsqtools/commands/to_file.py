@@ -32,9 +32,8 @@ from nsqtools.commands.front import (
 from nsqtools.commands.options import (
     DURATION,
     GoInt,
-    check_addresses,
-    check_one_address_kind,
     connection_options,
+    consumer_addresses,
     logging_options,
     nsqd_and_lookupd_addresses,
 )
@@ -196,10 +195,7 @@ def _settings(options: dict[str, Any]) -> ToFileSettings:
         fail("--http-client-connect-timeout should be positive")
     if request_timeout <= 0:
         fail("--http-client-request-timeout should be positive")
-    nsqd, lookupd = list(options["nsqd_tcp_addresses"]), list(options["lookupd_http_addresses"])
-    check_one_address_kind(nsqd, lookupd)
-    check_addresses(nsqd, "--nsqd-tcp-address")
-    check_addresses(lookupd, "--lookupd-http-address")
+    nsqd, lookupd = consumer_addresses(options)
     if not 1 <= options["gzip_level"] <= 9:
         fail(f"invalid --gzip-level value ({options['gzip_level']}), should be 1-9")
     topics = list(options["topics"])
