@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,33 @@ def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path:
         "found-1.host.2026.log": b"first\n",
         "found-2.host.2026.log": b"second\n",
     }
+
+
+def test_status_line_shows_rates_and_counts(nsqd: Nsqd, tmp_path: Path) -> None:
+    nsqd.publish_many(TOPIC, bodies(100))
+    common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
+    process = subprocess.Popen(
+        [*OURS, *common, f"--output-dir={tmp_path}", "--status", *NAMING],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    stderr = process.stderr.fileno()
+    os.set_blocking(stderr, False)
+    shown = bytearray()
+
+    def status_shown() -> bool:
+        with suppress(BlockingIOError):  # nothing more yet
+            shown.extend(os.read(stderr, 65536))
+        return b"100 messages" in shown
+
+    try:
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 100), 20, "every message FIN'd")
+        wait_until(status_shown, 20, "a status line (one a second)")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    assert b"msg/s" in shown
 
 
 # -- checks before anything starts ---------------------------------------------------

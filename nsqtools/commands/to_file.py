@@ -332,8 +332,9 @@ async def to_file(settings: ToFileSettings) -> None:
             await run_consumers(consume, sink_for, _topic_finder(settings), on_hangup=close_all)
         except SinkFailed as error:
             failure = error
-        for topic_archive in archives.values():
-            failure = failure or await _close(topic_archive)
+        for topic_archive in archives.values():  # every one, even after a failure
+            closing_failure = await _close(topic_archive)
+            failure = failure or closing_failure
         nursery.cancel_scope.cancel()
     if settings.status:
         sys.stderr.write("\n")
