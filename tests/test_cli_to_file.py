@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -262,6 +263,41 @@ def test_status_line_shows_rates_and_counts(nsqd: Nsqd, tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
     assert b"msg/s" in shown
+
+
+def test_a_new_datetime_starts_a_new_file_at_rev_0_as_go(nsqd: Nsqd, tmp_path: Path) -> None:
+    """A name with seconds in it changes every second: the next message goes to a new
+    file, its REV back to 0."""
+    for name, tool in (("go", go_tool()), ("ours", OURS)):
+        out = tmp_path / name
+        nsqd.create_channels(TOPIC, name)
+        common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
+        naming = ["--host-identifier=host", "--datetime-format=%H%M%S", "--sync-interval=200ms"]
+        with running(tool, *common, f"--output-dir={out}", "--gzip", *naming):
+            nsqd.publish(TOPIC, b"first")
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
+            second = int(time.time())
+            wait_until(lambda: int(time.time()) > second, 5, "the next second")  # noqa: B023
+            nsqd.publish(TOPIC, b"second")
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), 20, "the second FIN'd")  # noqa: B023
+        tree = archive_tree(out)  # and, as Go's, an empty file for each tick in a new second
+        assert all(path.startswith("archive.host-000000.") for path in tree)
+        assert sorted(data for data in tree.values() if data) == [b"first\n", b"second\n"]
+
+
+def test_skip_empty_files_closes_instead_of_opening_as_go(nsqd: Nsqd, tmp_path: Path) -> None:
+    """Without traffic, each sync tick past --rotate-interval opens a new, empty file;
+    with --skip-empty-files it only closes the current one."""
+    for name, tool in (("go", go_tool()), ("ours", OURS)):
+        out = tmp_path / name
+        nsqd.create_channels(TOPIC, name)
+        common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
+        options = ["--rotate-interval=200ms", "--skip-empty-files"]
+        with running(tool, *common, f"--output-dir={out}", *options, *NAMING) as process:
+            nsqd.publish(TOPIC, b"only")
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the message FIN'd")  # noqa: B023
+            wait_until(lambda: not open_files(process, out), 20, "the file closed")  # noqa: B023
+        assert archive_tree(out) == {"archive.host-000000.2026.log": b"only\n"}
 
 
 # -- checks before anything starts ---------------------------------------------------
