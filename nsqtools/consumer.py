@@ -343,7 +343,10 @@ class Consumer:
             self._rebalance()
 
     def is_starved(self) -> bool:
-        """True when nsqd will send no more until messages are answered: flush now."""
+        """True when nsqd will send no more until messages are answered, and every
+        message received has been handed out: flush now."""
+        if self._queue:
+            return False  # more to hand out first: a flush now would answer only part
         links = self._live_links()
         in_flight = {link.address: link.in_flight for link in links}
         return flow.starved(in_flight, {link.address: link.ready for link in links})

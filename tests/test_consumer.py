@@ -298,15 +298,25 @@ async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
         assert not consumer.is_starved()
         batches = aiter(consumer)
         taken = [await anext(batches)]
-        # Starved once the whole window (RDY 10) is in flight, taken or still queued.
-        with trio.fail_after(10):
-            while not consumer.is_starved():
-                await trio.sleep(0.01)
-        assert channel(nsqd).in_flight_count == 10
         while sum(len(batch.messages) for batch in taken) < 10:
             taken.append(await anext(batches))
+        # Starved: the whole window (RDY 10) in flight, every message handed out.
+        assert consumer.is_starved()
+        assert channel(nsqd).in_flight_count == 10
         for batch in taken:
             batch.finish()
+        assert not consumer.is_starved()
+
+
+async def test_not_starved_while_received_messages_wait_to_be_handed_out(nsqd: Nsqd) -> None:
+    """A flush then would answer only part of the window: the rest is handed out first."""
+    nsqd.publish_many(TOPIC, bodies("queued", 10))
+    config = make_config(max_in_flight=10)
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        with trio.fail_after(10):
+            while consumer.received < 10:  # all in flight, none taken
+                await trio.sleep(0.01)
         assert not consumer.is_starved()
 
 
