@@ -15,6 +15,7 @@ import hashlib
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,7 +35,7 @@ from nsqtools.testing import (
     small_filesystem,
     wait_until,
 )
-from tests.conftest import LocalNsq, not_in_nsqd
+from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
 
 TOPIC = "faults"
 CHANNEL = "nsq_to_file"
@@ -162,6 +163,12 @@ def drained(nsqd: Nsqd, published: int) -> bool:
         and stats.message_count == published
         and stats.depth == stats.in_flight_count == stats.deferred_count == 0
     )
+
+
+def emptied(nsqd: Nsqd) -> bool:
+    """Nothing left in the channel: none waiting, in flight or deferred."""
+    stats = channel(nsqd)
+    return stats is not None and stats.depth == stats.in_flight_count == stats.deferred_count == 0
 
 
 def held(nsqd: Nsqd) -> bool:
@@ -559,3 +566,44 @@ def test_sighup_closes_and_moves_the_open_file(nsqd: Nsqd, tmp_path: Path) -> No
     ]
     assert (out / "faults.host-000000.log").read_bytes().splitlines() == first
     assert (out / "faults.host-000001.log").read_bytes().splitlines() == second
+
+
+# -- nsqd killed, restarted and frozen under a run -----------------------------------
+
+
+def test_nsqd_killed_restarted_and_frozen_loses_nothing(
+    durable_nsq: LocalNsq, tmp_path: Path
+) -> None:
+    """nsqd is killed (-9), then restarted, then frozen while the tool archives: the tool
+    connects again each time and exits 0 at the end; every message published after the
+    kill is archived, and every archive is whole. (A kill -9 loses what nsqd had in
+    flight itself: it keeps in-flight messages in memory only.)"""
+    nsqd = durable_nsq.nsqd("restarting", extra_args=[*DURABLE, "--msg-timeout=2s"])
+    out = tmp_path / "out"
+    survivors: list[bytes] = []  # published after the kill
+
+    def publish(count: int) -> list[bytes]:
+        start = len(survivors) + 1_000_000  # apart from the bodies before the kill
+        batch = bodies(start, start + count)
+        nsqd.publish_many(TOPIC, batch)
+        return batch
+
+    def some_archived() -> None:
+        wait_until(lambda: finished_by_clients(nsqd) > 500, DEADLINE, "some archived")
+
+    with running(nsqd, tmp_path / "run.stderr", f"--output-dir={out}", "--gzip") as run:
+        nsqd.publish_many(TOPIC, bodies(0, 2000))
+        some_archived()
+        nsqd.kill()  # with messages in flight, held unsynced by the tool
+        nsqd.start()
+        survivors += publish(2000)
+        some_archived()
+        nsqd.restart()  # a clean stop: nsqd keeps what was in flight
+        survivors += publish(2000)
+        with nsqd.frozen():
+            time.sleep(1.0)  # the fault: frozen this long, mid-stream
+        # nsqd's counts start again at each start: "drained" is nothing left to give.
+        wait_until(lambda: emptied(nsqd), 60, "every message FIN'd")
+        assert run.stop() == 0, run.stderr
+    assert set(archived_lines(out)) >= set(survivors)
+    assert "Traceback" not in run.stderr
