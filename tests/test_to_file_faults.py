@@ -27,6 +27,7 @@ from nsqtools.archive.inprogress import MARKERS
 from nsqtools.archive.placing import PARTIAL_PREFIX
 from nsqtools.httpapi.nsqd import ChannelStats
 from nsqtools.testing import (
+    LinkProxy,
     Nsqd,
     file_size_limit,
     other_filesystem,
@@ -77,13 +78,14 @@ class Run:
         stderr: Path,
         args: list[str],
         preexec_fn: Callable[[], None] | None = None,
+        address: str | None = None,
     ) -> None:
         self.stderr_path = stderr
         with stderr.open("wb") as errors:
             self.process = subprocess.Popen(
                 [
                     *our_tool("nsq_to_file"),
-                    f"--nsqd-tcp-address={nsqd.tcp_address}",
+                    f"--nsqd-tcp-address={address or nsqd.tcp_address}",
                     f"--topic={TOPIC}",
                     f"--channel={CHANNEL}",
                     *COMMON,
@@ -124,10 +126,15 @@ class Run:
 
 @contextmanager
 def running(
-    nsqd: Nsqd, stderr: Path, *args: str, preexec_fn: Callable[[], None] | None = None
+    nsqd: Nsqd,
+    stderr: Path,
+    *args: str,
+    preexec_fn: Callable[[], None] | None = None,
+    address: str | None = None,
 ) -> Iterator[Run]:
-    """A run that is killed at the end of the block if it is still running."""
-    run = Run(nsqd, stderr, list(args), preexec_fn)
+    """A run that is killed at the end of the block if it is still running; it reaches
+    nsqd at `address` (a proxy) if given."""
+    run = Run(nsqd, stderr, list(args), preexec_fn, address)
     try:
         yield run
     finally:
@@ -607,3 +614,18 @@ def test_nsqd_killed_restarted_and_frozen_loses_nothing(
         assert run.stop() == 0, run.stderr
     assert set(archived_lines(out)) >= set(survivors)
     assert "Traceback" not in run.stderr
+
+
+def test_a_slow_link_from_nsqd_delays_but_loses_nothing(nsqd: Nsqd, tmp_path: Path) -> None:
+    """nsqd's messages reach the tool at 200 KB/s (seconds for these): all archived,
+    exit 0."""
+    published = bodies(0, 5000)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, published)
+    out = tmp_path / "out"
+    with LinkProxy(nsqd.tcp_address, downstream_rate=200_000) as proxy:
+        options = [f"--output-dir={out}", "--gzip"]
+        with running(nsqd, tmp_path / "run.stderr", *options, address=proxy.address) as run:
+            wait_until(lambda: drained(nsqd, len(published)), 60, "all archived")
+            assert run.stop() == 0, run.stderr
+    assert set(archived_lines(out)) == set(published)
