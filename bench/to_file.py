@@ -1,7 +1,9 @@
 """Issue 10's nsq_to_file measures: drain N 100-byte messages to files, plain and --gzip,
 whole processes side by side with Go's nsq_to_file on one nsqd, alternating which goes first.
 
-Each contender (go; ours, run from the checkout this file lives in) and mode gets its own
+Each contender (go; ours, run from the checkout this file lives in; bare, the ceiling:
+bench/bare_archiver.py, a plain blocking loop that only receives, writes, fsyncs each
+window and FINs) and mode gets its own
 channel of one topic and a fresh output directory on disk (fsyncs must cost what they
 cost: the filesystem is printed, and must not be tmpfs), with the tools' default
 --max-in-flight and --sync-interval. A run lasts from the tool's start to its exit: it
@@ -54,10 +56,13 @@ from nsqtools.testing import Nsqd, find_binary
 
 TOPIC = "bench"
 BODY = b"x" * 92  # after an 8-digit index: 100 bytes
-CONTENDERS = ("go", "ours")
+CONTENDERS = ("go", "ours", "bare")
 MODES: dict[str, list[str]] = {"plain": [], "gzip": ["--gzip"]}
 CHECKOUT = Path(__file__).resolve().parent.parent
-OURS = [sys.executable, "-c", "from nsqtools.entry import nsq_to_file; nsq_to_file()"]
+TOOLS = {
+    "ours": [sys.executable, "-c", "from nsqtools.entry import nsq_to_file; nsq_to_file()"],
+    "bare": [sys.executable, str(CHECKOUT / "bench" / "bare_archiver.py")],
+}
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 SYNC_EVENTS = "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync"
 POLL_SECONDS = 0.02
@@ -107,7 +112,7 @@ class ChannelWatch:
 
 
 def argv_of(name: str, mode: str, nsqd: Nsqd, channel: str, output: Path) -> list[str]:
-    tool = [str(find_binary("nsq_to_file"))] if name == "go" else OURS
+    tool = [str(find_binary("nsq_to_file"))] if name == "go" else TOOLS[name]
     return [
         *tool,
         f"--nsqd-tcp-address={nsqd.tcp_address}",
@@ -231,7 +236,8 @@ def measure(
     }
     for run in range(args.runs):
         for mode in args.modes:
-            order = CONTENDERS if run % 2 == 0 else CONTENDERS[::-1]
+            turn = run % len(CONTENDERS)
+            order = CONTENDERS[turn:] + CONTENDERS[:turn]
             watches = {name: ChannelWatch(client, nsqd, f"{name}-{mode}-{run}") for name in order}
             fill(nsqd, list(watches.values()), args.messages)
             for name in order:
@@ -264,7 +270,9 @@ def summarise(results: dict[tuple[str, str], list[Drain]], args: argparse.Namesp
             f"{mode:>5}: go {rate['go']:,.0f} msg/s, ours {rate['ours']:,.0f} msg/s: "
             f"ours/go {rate['ours'] / rate['go']:.2f}x (target 4x); fsyncs/s go "
             f"{syncs['go']:,.0f}, ours {syncs['ours']:,.0f}; peak RSS go {peak['go']:.1f} MiB, "
-            f"ours {peak['ours']:.1f} MiB ({peak['ours'] / peak['go']:.1f}x)"
+            f"ours {peak['ours']:.1f} MiB ({peak['ours'] / peak['go']:.1f}x); the ceiling: bare "
+            f"{rate['bare']:,.0f} msg/s, bare/go {rate['bare'] / rate['go']:.2f}x, ours/bare "
+            f"{rate['ours'] / rate['bare']:.2f}"
         )
 
 
