@@ -13,13 +13,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, find_binary, our_tool, wait_until
+from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
 from tests.conftest import Cluster
 
 OURS = our_tool("nsq_to_file")
@@ -36,30 +35,6 @@ def go_tool() -> list[str]:
 def run_check(*args: str) -> subprocess.CompletedProcess[str]:
     """Our nsq_to_file expected to stop at once (a check of its options)."""
     return subprocess.run([*OURS, *args], capture_output=True, text=True, timeout=30, check=False)
-
-
-def drained(nsqd: Nsqd, topic: str, channel: str) -> bool:
-    """Every message of the channel FIN'd (none waiting, none in flight)."""
-    try:
-        stats = nsqd.channel_stats(topic, channel)
-    except KeyError:
-        return False
-    return stats.depth == 0 and stats.in_flight_count == 0 and stats.message_count > 0
-
-
-@contextmanager
-def running(tool: list[str], *args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """The tool running; SIGTERM at the end of the block, then exit 0."""
-    process = subprocess.Popen([*tool, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        yield process
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-        assert process.returncode == 0, stderr.decode()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def archive_tree(directory: Path) -> dict[str, bytes]:
@@ -87,9 +62,9 @@ def side_by_side(
         options = [a.replace("{dir}", str(tmp_path / f"{name}-")) for a in args]
         topic_options = [f"--topic={topic}" for topic in topics]
         common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", *topic_options]
-        with running(tool, *common, f"--output-dir={out}", *NAMING, *options):
+        with running([*tool, *common, f"--output-dir={out}", *NAMING, *options]):
             for topic in topics:
-                wait_until(lambda: drained(nsqd, topic, name), 20, f"{name} drained")  # noqa: B023
+                wait_until(lambda: nsqd.drained(topic, name), 20, f"{name} drained")  # noqa: B023
         trees.append(archive_tree(out))
     go, ours = trees
     assert list(ours) == list(go)
@@ -146,7 +121,7 @@ def open_files(process: subprocess.Popen[bytes], directory: Path) -> set[Path]:
 def fin_d(nsqd: Nsqd, topic: str, channel: str, count: int) -> bool:
     """`count` messages came to the channel and every one is FIN'd."""
     return (
-        drained(nsqd, topic, channel) and nsqd.channel_stats(topic, channel).message_count == count
+        nsqd.drained(topic, channel) and nsqd.channel_stats(topic, channel).message_count == count
     )
 
 
@@ -158,11 +133,11 @@ def test_sighup_closes_the_files_and_the_next_message_opens_the_next_rev_as_go(
         out = tmp_path / name
         nsqd.create_channels(TOPIC, name)  # the other tool's channel has had its messages
         common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
-        with running(tool, *common, f"--output-dir={out}", "--gzip", *NAMING) as process:
+        with running([*tool, *common, f"--output-dir={out}", "--gzip", *NAMING]) as run:
             nsqd.publish(TOPIC, f"{name} before".encode())
             wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
-            process.send_signal(signal.SIGHUP)
-            wait_until(lambda: not open_files(process, out), 20, "the file closed")  # noqa: B023
+            run.process.send_signal(signal.SIGHUP)
+            wait_until(lambda: not open_files(run.process, out), 20, "the file closed")  # noqa: B023
             nsqd.publish(TOPIC, f"{name} after".encode())
             wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), 20, "the second FIN'd")  # noqa: B023
         tree = archive_tree(out)
@@ -186,7 +161,7 @@ def test_rotate_interval_makes_the_next_rev_as_go(nsqd: Nsqd, tmp_path: Path) ->
         nsqd.create_channels(TOPIC, name)
         common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
         second = out / "archive.host-000001.2026.log"
-        with running(tool, *common, f"--output-dir={out}", "--rotate-interval=200ms", *NAMING):
+        with running([*tool, *common, f"--output-dir={out}", "--rotate-interval=200ms", *NAMING]):
             nsqd.publish(TOPIC, f"{name} one".encode())
             wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
             wait_until(second.exists, 20, "a rotation on the sync tick")
@@ -203,7 +178,7 @@ def test_json_lines_carry_the_envelope_of_nsq_tail(nsqd: Nsqd, tmp_path: Path) -
     for body in published:
         nsqd.publish(TOPIC, body)
     common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
-    with running(OURS, *common, f"--output-dir={out}", "--format=json", *NAMING):
+    with running([*OURS, *common, f"--output-dir={out}", "--format=json", *NAMING]):
         wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 3), 20, "every message FIN'd")
     (data,) = archive_tree(out).values()
     envelopes = [json.loads(line) for line in data.splitlines()]
@@ -228,7 +203,7 @@ def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path:
         f"--output-dir={out}",
         *NAMING,
     ]
-    with running(OURS, *args):
+    with running([*OURS, *args]):
         wait_until(lambda: fin_d(nsqd, "found-1", "nsq_to_file", 1), 20, "found-1 consumed")
         cluster.publish_many("found-2", lambda nsqd: [b"second"])
         wait_until(lambda: fin_d(nsqd, "found-2", "nsq_to_file", 1), 20, "found-2 consumed")
@@ -273,7 +248,7 @@ def test_a_new_datetime_starts_a_new_file_at_rev_0_as_go(nsqd: Nsqd, tmp_path: P
         nsqd.create_channels(TOPIC, name)
         common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
         naming = ["--host-identifier=host", "--datetime-format=%H%M%S", "--sync-interval=200ms"]
-        with running(tool, *common, f"--output-dir={out}", "--gzip", *naming):
+        with running([*tool, *common, f"--output-dir={out}", "--gzip", *naming]):
             nsqd.publish(TOPIC, b"first")
             wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
             second = int(time.time())
@@ -293,10 +268,10 @@ def test_skip_empty_files_closes_instead_of_opening_as_go(nsqd: Nsqd, tmp_path: 
         nsqd.create_channels(TOPIC, name)
         common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
         options = ["--rotate-interval=200ms", "--skip-empty-files"]
-        with running(tool, *common, f"--output-dir={out}", *options, *NAMING) as process:
+        with running([*tool, *common, f"--output-dir={out}", *options, *NAMING]) as run:
             nsqd.publish(TOPIC, b"only")
             wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the message FIN'd")  # noqa: B023
-            wait_until(lambda: not open_files(process, out), 20, "the file closed")  # noqa: B023
+            wait_until(lambda: not open_files(run.process, out), 20, "the file closed")  # noqa: B023
         assert archive_tree(out) == {"archive.host-000000.2026.log": b"only\n"}
 
 

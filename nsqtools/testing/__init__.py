@@ -10,7 +10,14 @@ bounds without timers (bytes allocated per step: work.py).
 Nothing here fakes nsqd.
 """
 
-from nsqtools.testing.binaries import NsqNotInstalled, find_binary, our_tool, run_go_tool
+from nsqtools.testing.binaries import (
+    NsqNotInstalled,
+    RunningTool,
+    find_binary,
+    our_tool,
+    run_go_tool,
+    running,
+)
 from nsqtools.testing.cluster import (
     Nsqd,
     Nsqlookupd,
@@ -40,6 +47,7 @@ __all__ = [
     "NsqProcessError",
     "Nsqd",
     "Nsqlookupd",
+    "RunningTool",
     "TlsFiles",
     "file_size_limit",
     "find_binary",
@@ -48,6 +56,7 @@ __all__ = [
     "our_tool",
     "remount",
     "run_go_tool",
+    "running",
     "small_filesystem",
     "wait_until",
 ]

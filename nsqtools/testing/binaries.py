@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from nsqtools.checkout import source_checkout
@@ -81,3 +83,28 @@ def our_tool(program: str) -> list[str]:
         f"from nsqtools.entry import {program}; {program}()"
     )
     return [sys.executable, "-c", code]
+
+
+class RunningTool:
+    """A tool started by running(): its process, and its stderr once it has exited."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.stderr = ""
+
+
+@contextmanager
+def running(argv: Sequence[str]) -> Iterator[RunningTool]:
+    """A long-running tool (ours or Go's) for the block; then SIGTERM, which must make it
+    exit 0 within 30 s (its stderr is then in .stderr). Killed if the block fails."""
+    tool = RunningTool(argv)
+    try:
+        yield tool
+        tool.process.send_signal(signal.SIGTERM)
+        _, stderr = tool.process.communicate(timeout=30)
+        tool.stderr = stderr.decode(errors="replace")
+        assert tool.process.returncode == 0, tool.stderr
+    finally:
+        if tool.process.poll() is None:
+            tool.process.kill()
+            tool.process.wait()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import trio
 
 from nsqtools.httpapi import Call, send_sync
 from nsqtools.httpapi import lookupd as lookupd_api
@@ -362,6 +363,21 @@ class Nsqd(NsqProcess):
         """One channel's /stats entry (depth, in_flight_count, clients with ready_count...)."""
         return self.stats(topic=topic, channel=channel).topic(topic).channel(channel)
 
+    def drained(self, topic: str, channel: str) -> bool:
+        """The channel got messages and every one is FIN'd: none waiting, none in flight."""
+        try:
+            stats = self.channel_stats(topic, channel)
+        except KeyError:
+            return False
+        return stats.message_count > 0 and stats.depth == 0 and stats.in_flight_count == 0
+
+    def read(
+        self, topic: str, count: int, channel: str = "check", timeout: float = 60
+    ) -> list[bytes]:
+        """The bodies of `count` messages of the topic, read (and FIN'd) from `channel` by
+        our consumer; fails if they are not all there within `timeout` seconds."""
+        return trio.run(_read, self.tcp_address, topic, channel, count, timeout)
+
     def publish(self, topic: str, body: bytes) -> None:
         """Publish one message over HTTP /pub (independent of our own TCP client)."""
         ask(nsqd_api.pub(self.http_address, topic, body))
@@ -385,6 +401,22 @@ class Nsqd(NsqProcess):
 
     def delete_topic(self, topic: str) -> None:
         ask(nsqd_api.delete_topic(self.http_address, topic))
+
+
+async def _read(address: str, topic: str, channel: str, count: int, timeout: float) -> list[bytes]:
+    from nsqtools.config import ClientConfig
+    from nsqtools.consumer import open_consumer
+
+    bodies: list[bytes] = []
+    with trio.fail_after(timeout):
+        config = ClientConfig(max_in_flight=max(1, min(count, 2500)))
+        async with open_consumer(topic, channel, config, nsqd_tcp_addresses=[address]) as consumer:
+            async for batch in consumer:
+                bodies.extend(batch.bodies)
+                batch.finish()
+                if len(bodies) >= count:
+                    break
+    return bodies
 
 
 def _kill_leftovers() -> None:
