@@ -121,12 +121,15 @@ def _cut_around_oversize(
 class Outcome:
     """What became of consecutive messages put together: acknowledged by every nsqd they
     were meant for (error None), or failed with `error`. `tokens` are what the caller
-    passed with them to put()/put_many(), in the same order (None when none were)."""
+    passed with them to put()/put_many(), in the same order (None when none were).
+    `nsqd`: in the modes that pick one nsqd, the one that acknowledged them (the last
+    one, if a batch cut in pieces went to several); None in "all" mode or on failure."""
 
     topic: str
     bodies: Sequence[bytes]
     tokens: Sequence[Any] | None
     error: Exception | None
+    nsqd: str | None = None
 
 
 OutcomeHandler = Callable[[Outcome], None]
@@ -137,6 +140,7 @@ class _Batch:
     meant, and what became of each message."""
 
     __slots__ = (
+        "acknowledged_by",
         "awaiting",
         "bodies",
         "command",
@@ -170,6 +174,7 @@ class _Batch:
         self.errors: list[NsqError | None] | None = None  # per message, once one failed
         self.resolved = False
         self.done = trio.Event()
+        self.acknowledged_by: str | None = None  # modes that pick one nsqd: the last to ack
 
     @property
     def count(self) -> int:
@@ -197,7 +202,9 @@ class _Batch:
             if index == len(errors) or errors[index] is not errors[start]:
                 tokens = None if self.tokens is None else self.tokens[start:index]
                 bodies = self.bodies if index - start == len(errors) else self.bodies[start:index]
-                yield Outcome(self.topic, bodies, tokens, errors[start])
+                error = errors[start]
+                nsqd = self.acknowledged_by if error is None else None
+                yield Outcome(self.topic, bodies, tokens, error, nsqd)
                 start = index
 
 
@@ -755,6 +762,7 @@ class Producer:
         if error is None:
             if self._policy is not None:
                 self._policy.mark_success(node.index, now, response_time)
+                part.batch.acknowledged_by = node.address
             self._settle(part)
         elif isinstance(error, NsqErrorResponse) and error.code in _SIZE_ERRORS:
             self._cut_again(node, part, error)
@@ -833,7 +841,9 @@ class Producer:
         if batch.errors is None:
             self._acknowledged += batch.count
             if self.on_outcome is not None:
-                self.on_outcome(Outcome(batch.topic, batch.bodies, batch.tokens, None))
+                self.on_outcome(
+                    Outcome(batch.topic, batch.bodies, batch.tokens, None, batch.acknowledged_by)
+                )
         else:
             for outcome in batch.outcomes():
                 if outcome.error is None:

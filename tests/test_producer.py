@@ -394,6 +394,18 @@ async def test_round_robin_spreads_the_messages(cluster2: Cluster) -> None:
     assert [nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds] == [5, 5]
 
 
+@pytest.mark.parametrize("mode", ["round-robin", "all"])
+async def test_an_outcome_names_the_nsqd_that_acknowledged_it(cluster2: Cluster, mode: str) -> None:
+    addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
+    seen: list[Outcome] = []
+    async with Producer(addresses, mode=mode, on_outcome=seen.append) as producer:
+        for body in numbered(4):
+            await producer.publish(TOPIC, body)
+    # One nsqd picked per batch: it is named; in "all" mode every nsqd had it: none is.
+    expected = addresses * 2 if mode == "round-robin" else [None] * 4
+    assert [outcome.nsqd for outcome in seen] == expected
+
+
 @pytest.mark.parametrize("mode", ["round-robin", "hostpool", "epsilon-greedy"])
 async def test_a_batch_that_fails_is_retried_on_another_nsqd(cluster2: Cluster, mode: str) -> None:
     live, dead = cluster2.nsqds
