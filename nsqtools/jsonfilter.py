@@ -14,9 +14,8 @@ strconv.ParseFloat. The whitelisted object is re-encoded by json.Marshal: keys s
 Go's escaping (HTML characters, U+2028, U+2029) and Go's float formatting; a top-level
 integral number that fits an int64 is written as an integer.
 
-One known difference: Python's json decoder recurses, so a body nested deeper than the
-interpreter's recursion limit allows (some 900 levels) is dropped as undecodable, where
-Go accepts up to 10000 levels.
+Python's json decoder recurses, so a body nested deeper than it goes (some 900 levels)
+is decoded again by a slower decoder without recursion, up to Go's limit of 10000.
 """
 
 from __future__ import annotations
@@ -159,9 +158,10 @@ def decode_object(body: bytes) -> dict[str, JsonValue]:
     """The body as Go's json.Unmarshal into a map[string]interface{} sees it."""
     text = _lone_surrogates_replaced(body.decode("utf-8", "nsqtools.jsonfilter.per-byte"))
     try:
-        value: JsonValue = _DECODER.decode(text)
-    except RecursionError as error:  # see the module's docstring
-        raise NotGoJson("nested too deeply") from error
+        try:
+            value: JsonValue = _DECODER.decode(text)
+        except RecursionError:
+            value = _decode_deep(text)
     except ValueError as error:  # json.JSONDecodeError, or ours from the hooks
         raise NotGoJson(str(error)) from error
     if value is None:
@@ -169,6 +169,91 @@ def decode_object(body: bytes) -> dict[str, JsonValue]:
     if not isinstance(value, dict):
         raise NotGoJson(f"cannot unmarshal {type(value).__name__} into a map")
     return value
+
+
+GO_MAX_DEPTH = 10000  # encoding/json's maxNestingDepth: arrays and objects in all
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_LITERALS: dict[str, JsonValue] = {"true": True, "false": False, "null": None}
+_CLOSING = {"{": "}", "[": "]"}
+
+
+def _decode_deep(text: str) -> JsonValue:
+    """The same decoding as _DECODER's, with a stack of open containers for recursion."""
+    open_containers: list[dict[str, JsonValue] | list[JsonValue]] = []
+    keys: list[str] = []  # the key each open object's next value goes under
+    position = _skip_whitespace(text, 0)
+    while True:
+        opening = text[position : position + 1]
+        if opening in _CLOSING:
+            if len(open_containers) == GO_MAX_DEPTH:
+                raise NotGoJson(f"exceeded max depth of {GO_MAX_DEPTH}")
+            open_containers.append({} if opening == "{" else [])
+            position = _skip_whitespace(text, position + 1)
+            if text[position : position + 1] != _CLOSING[opening]:
+                if opening == "{":
+                    position = _read_key(text, position, keys)
+                continue
+            value: JsonValue = open_containers.pop()
+            position += 1
+        else:
+            value, position = _read_scalar(text, position)
+        # Place the value, and close the containers it completes.
+        while open_containers:
+            container = open_containers[-1]
+            if isinstance(container, dict):
+                container[keys[-1]] = value
+            else:
+                container.append(value)
+            position = _skip_whitespace(text, position)
+            separator = text[position : position + 1]
+            if separator == ",":
+                position = _skip_whitespace(text, position + 1)
+                if isinstance(container, dict):
+                    keys.pop()
+                    position = _read_key(text, position, keys)
+                break
+            if separator != ("}" if isinstance(container, dict) else "]"):
+                raise NotGoJson(f"unexpected {separator!r} at {position}")
+            if isinstance(container, dict):
+                keys.pop()
+            value = open_containers.pop()
+            position += 1
+        else:
+            if _skip_whitespace(text, position) != len(text):
+                raise NotGoJson(f"extra data at {position}")
+            return value
+
+
+def _skip_whitespace(text: str, position: int) -> int:
+    match = _WHITESPACE.match(text, position)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def _read_key(text: str, position: int, keys: list[str]) -> int:
+    """Read `"key" :` into keys; the position of the value that follows."""
+    if text[position : position + 1] != '"':
+        raise NotGoJson(f"expected a key at {position}")
+    key, position = json.decoder.scanstring(text, position + 1, True)  # type: ignore[attr-defined]
+    keys.append(key)
+    position = _skip_whitespace(text, position)
+    if text[position : position + 1] != ":":
+        raise NotGoJson(f"expected ':' at {position}")
+    return _skip_whitespace(text, position + 1)
+
+
+def _read_scalar(text: str, position: int) -> tuple[JsonValue, int]:
+    if text[position : position + 1] == '"':
+        string: str
+        string, end = json.decoder.scanstring(text, position + 1, True)  # type: ignore[attr-defined]
+        return string, end
+    if number := _NUMBER.match(text, position):
+        return _float64(number.group()), number.end()
+    for literal, value in _LITERALS.items():
+        if text.startswith(literal, position):
+            return value, position + len(literal)
+    raise NotGoJson(f"expected a value at {position}")
 
 
 # --- strconv.ParseFloat(s, 64) -----------------------------------------------------
@@ -249,8 +334,43 @@ def go_float(value: float) -> str:
     return f"{mantissa}e{int(exponent):+d}"
 
 
+class _Encoded(str):
+    """Text already in its JSON form: punctuation, or a member's key and colon."""
+
+
 def go_marshal(value: Encodable) -> str:
-    """json.Marshal of what encoding/json decoded (plus the whitelist's integers)."""
+    """json.Marshal of what encoding/json decoded (plus the whitelist's integers).
+    Without recursion: Go decodes (and so encodes) values nested 10000 deep."""
+    output: list[str] = []
+    pending: list[Encodable | _Encoded] = [value]  # a stack: the next item is last
+    while pending:
+        item = pending.pop()
+        if isinstance(item, _Encoded):
+            output.append(item)
+        elif isinstance(item, dict):
+            pending.extend(reversed(_object_parts(item)))
+        elif isinstance(item, list):
+            pending.extend(reversed(_array_parts(item)))
+        else:
+            output.append(_scalar(item))
+    return "".join(output)
+
+
+def _object_parts(members: dict[str, JsonValue]) -> list[Encodable | _Encoded]:
+    parts: list[Encodable | _Encoded] = [_Encoded("{")]
+    for index, key in enumerate(sorted(members)):
+        parts += [_Encoded(("," if index else "") + go_string(key) + ":"), members[key]]
+    return [*parts, _Encoded("}")]
+
+
+def _array_parts(items: list[JsonValue]) -> list[Encodable | _Encoded]:
+    parts: list[Encodable | _Encoded] = [_Encoded("[")]
+    for index, item in enumerate(items):
+        parts += [_Encoded(","), item] if index else [item]
+    return [*parts, _Encoded("]")]
+
+
+def _scalar(value: bool | int | float | str | None) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -259,9 +379,4 @@ def go_marshal(value: Encodable) -> str:
         return str(value)
     if isinstance(value, float):
         return go_float(value)
-    if isinstance(value, str):
-        return go_string(value)
-    if isinstance(value, list):
-        return "[" + ",".join(go_marshal(item) for item in value) + "]"
-    members = (f"{go_string(key)}:{go_marshal(value[key])}" for key in sorted(value))
-    return "{" + ",".join(members) + "}"
+    return go_string(value)

@@ -212,3 +212,39 @@ def test_required_field_and_whitelist_together() -> None:
     json_filter = JsonFilter(require_field="k", require_value="1", whitelist=("a",))
     assert published(json_filter, b'{"k":1,"a":"<"}') == b'{"a":"\\u003c"}'
     assert json_filter.apply(b'{"k":2,"a":1}') == Verdict(Action.DROP)
+
+
+DEEP = 2000  # deeper than Python's json decoder goes (Go's limit is 10000)
+
+
+def nested(value: bytes, depth: int = DEEP) -> bytes:
+    return b'{"a":' + b"[" * depth + value + b"]" * depth + b"}"
+
+
+def test_go_s_nesting_limit_is_10000_containers() -> None:
+    json_filter = JsonFilter(whitelist=("a",))
+    assert published(json_filter, nested(b"", 9999)) == nested(b"", 9999)
+    assert json_filter.apply(nested(b"", 10000)).action is Action.DROP
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (b' 1.0 , -0.0,1e21 ,\t1e-7,true,false,null,""', b"1,-0,1e+21,1e-7,true,false,null,\"\""),
+        (b'{"k":1,"k":2,"\\ud800":"\xff<","\\udc00":"\\ud83d\\ude00"}',
+         b'{"k":2,"\xef\xbf\xbd":"\xf0\x9f\x98\x80"}'),
+        (b'[], {}, [{}], {"b":{"c":[]}}', b'[],{},[{}],{"b":{"c":[]}}'),
+    ],
+)  # fmt: skip
+def test_deeply_nested_values_decode_as_shallow_ones(value: bytes, expected: bytes) -> None:
+    json_filter = JsonFilter(whitelist=("a",))
+    assert published(json_filter, nested(value, 1)) == nested(expected, 1)
+    assert published(json_filter, nested(value)) == nested(expected)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"1e400", b"NaN", b'"\x01"', b"1,", b"01", b'{"k" 1}', b'{"k":1,}', b"tru", b"]", b"[]]"],
+)
+def test_deeply_nested_invalid_values_are_dropped(value: bytes) -> None:
+    assert JsonFilter(whitelist=("a",)).apply(nested(value)).action is Action.DROP
