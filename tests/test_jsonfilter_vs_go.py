@@ -67,6 +67,8 @@ CORPUS: list[bytes] = [
     b'{"a":"x"}\xff',
     b"\xff\xfe",
     b'{"a":"x',
+    b'{"a":' + b"[" * 5000 + b"]" * 5000 + b',"b":[1.0]}',  # deeper than Python's json goes
+    b'{"a":' + b"[" * 10000 + b"]" * 10000 + b"}",  # one more than Go's limit
 ]
 
 OPTION_SETS = {
