@@ -63,6 +63,10 @@ _PORT = re.compile(r"[0-9]*")
 class HttpOptionError(ValueError):
     """An address or --header the requests cannot be built from; one line naming it."""
 
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
 
 class Origin(NamedTuple):
     """Where a request goes: connections are pooled per origin."""
@@ -167,7 +171,7 @@ def _origin(address: str, scheme: str, host_port: str) -> Origin:
 
 
 def _bad_url(address: str, reason: str) -> HttpOptionError:
-    return HttpOptionError(f"invalid URL {address!r}: {reason}")
+    return HttpOptionError(f"invalid URL {address!r}: {reason}", reason)
 
 
 def _header_lines(
@@ -254,7 +258,10 @@ def _parse_get_template(template: str, before: str, after: str) -> Url:
     """The template's URL without its `%s`. What a body can become (unreserved bytes,
     `+`, %XX) never moves where the URL's parts start, so one parse serves every body,
     provided the `%s` is in the path or query: a stand-in body must change nothing else."""
-    url = parse_url(f"{before}{after}")
+    try:
+        url = parse_url(f"{before}{after}")
+    except HttpOptionError as error:
+        raise HttpOptionError(f"invalid GET address {template!r}: {error.reason}") from None
     try:
         same_origin = parse_url(f"{before}x{after}").origin == url.origin
     except HttpOptionError:
