@@ -257,7 +257,8 @@ class ConnectionPool(trio.abc.AsyncResource):
                 after = format_duration(self._tls_handshake_timeout)
                 raise HttpFailure(request, f"TLS handshake timed out after {after}") from None
             if isinstance(error, trio.BrokenResourceError):
-                raise HttpFailure(request, f"TLS handshake failed: {_cause(error)}") from error
+                reason = _tls_failure(error.__cause__)
+                raise HttpFailure(request, f"TLS handshake failed: {reason}") from error
             raise
         return tls
 
@@ -281,6 +282,16 @@ def _failure_reason(error: BaseException) -> str | None:
     if isinstance(error, OSError):
         return f"connection lost: {describe_connect_failure(error)}"
     return None
+
+
+def _tls_failure(error: BaseException | None) -> str:
+    """ "certificate verify failed: self-signed certificate", not the ssl module's
+    "[SSL: CERTIFICATE_VERIFY_FAILED] ... (_ssl.c:1006)"."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {error.verify_message}"
+    if isinstance(error, ssl.SSLError) and error.reason:
+        return error.reason.lower().replace("_", " ")
+    return "the connection closed" if error is None else describe_connect_failure(error)
 
 
 def _cause(error: BaseException) -> str:

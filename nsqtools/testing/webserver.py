@@ -7,8 +7,11 @@ they arrived, and which connection carried it), then answered as the next script
 Answer says (in order of arrival; when none is left, `default`): any status and
 headers (a 429 with Retry-After), a held answer (past a client's timeout, until
 released or the server stops), a reset instead of an answer, a Content-Length that
-does not match the body, or closing the connection after answering. Connections are
-kept alive otherwise. With TlsFiles, it serves https.
+does not match the body, bytes that are no HTTP, or closing the connection after
+answering. Connections are kept alive otherwise. With TlsFiles, it serves https.
+
+SilentListener is an address whose connects hang (a listener whose queue is full and
+never accepts), for connect timeouts.
 
     with WebServer() as server:
         server.script(Answer(status=500), Answer(reset=True))
@@ -43,19 +46,22 @@ class Answer:
     body: bytes = b"ok\n"
     # The Content-Length to claim, when it should not be the body's length.
     content_length: int | None = None
-    # Send `Connection: close` and close after answering.
+    # Close the connection after answering, without saying so (as a server closing an
+    # idle connection does); add ("Connection", "close") to `headers` to say it.
     close: bool = False
     # Reset the connection (RST) instead of answering.
     reset: bool = False
     # Hold the answer until this is set (or the server stops, which closes it unanswered).
     hold: threading.Event | None = None
+    # Send these bytes instead of a well-formed answer.
+    raw: bytes | None = None
 
     def encode(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
         length = len(self.body) if self.content_length is None else self.content_length
         lines = [f"HTTP/1.1 {self.status} Status {self.status}", f"Content-Length: {length}"]
         lines += [f"{key}: {value}" for key, value in self.headers]
-        if self.close:
-            lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + self.body
 
 
@@ -103,11 +109,7 @@ class WebServer(StartsAndStops):
         self._state = _State()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._threads: list[threading.Thread] = []
-
-    @property
-    def address(self) -> str:
-        host, port = self._listener.getsockname()[:2]
-        return f"{host}:{port}"
+        self.address = _address_of(self._listener)
 
     @property
     def url(self) -> str:
@@ -227,8 +229,37 @@ def _read_request(
     return Received(head, buffer[:length], number), buffer[length:]
 
 
+def _address_of(listener: socket.socket) -> str:
+    """host:port, kept: it is still named in messages once the listener is closed."""
+    host, port = listener.getsockname()[:2]
+    return f"{host}:{port}"
+
+
 def _close(sock: socket.socket) -> None:
     """Close, and wake a thread blocked in accept() or recv() on it."""
     with contextlib.suppress(OSError):  # not connected, or closed already
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+class SilentListener(StartsAndStops):
+    """A listening socket with a full accept queue: connecting to `address` hangs, as
+    to a host that drops packets (Linux drops the SYN when the queue is full)."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+        self._fillers: list[socket.socket] = []
+        self.address = _address_of(self._listener)
+
+    def start(self) -> None:
+        """Fill the queue: with a backlog of 0 it holds one connection; two to be sure."""
+        for _ in range(2):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(self._listener.getsockname())
+            self._fillers.append(filler)
+
+    def stop(self) -> None:
+        for sock in [*self._fillers, self._listener]:
+            sock.close()
