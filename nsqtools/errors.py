@@ -2,13 +2,19 @@
 
 Raised by the transport, consumer and producer; the CLI maps them to exit status 1.
 Protocol violations have their own types in nsqtools.protocol.errors. A failed file
-operation (an OSError) is described in the same way by describe_file_error.
+operation (an OSError) is described in the same way by describe_file_error, a failed
+connect (refused, unresolvable; trio's "all attempts failed") by describe_connect_failure.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+# getaddrinfo's failures that its own text (or none, from os.strerror) says badly.
+_RESOLVE_FAILURES: dict[int | None, str] = {socket.EAI_NONAME: "name does not resolve"}
 
 
 class NsqError(Exception):
@@ -48,6 +54,20 @@ def describe_file_error(error: OSError, place: object = None) -> str:
     if error.filename2:
         where = f"{where} -> {error.filename2}"
     return f"{where}: {(error.strerror or str(error)).lower()}"
+
+
+def describe_connect_failure(error: BaseException) -> str:
+    """The root reason in plain words, e.g. "connection refused", "name does not
+    resolve", from an OSError or trio's "all attempts to connect failed"."""
+    cause = error.__cause__
+    if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+        return describe_connect_failure(cause.exceptions[0])
+    if isinstance(error, socket.gaierror):
+        known = _RESOLVE_FAILURES.get(error.errno)
+        return known or (error.strerror or str(error)).lower()
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno).lower()
+    return str(error)
 
 
 @contextmanager

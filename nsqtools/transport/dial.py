@@ -8,17 +8,13 @@ Every failure is a ConnectError naming the address.
 
 from __future__ import annotations
 
-import os
 import socket
 
 import trio
 
 from nsqtools.addresses import split_address, split_bind_address
 from nsqtools.durations import format_duration
-from nsqtools.errors import ConnectError
-
-# getaddrinfo's failures that its own text (or none, from os.strerror) says badly.
-_RESOLVE_FAILURES: dict[int | None, str] = {socket.EAI_NONAME: "name does not resolve"}
+from nsqtools.errors import ConnectError, describe_connect_failure
 
 
 async def dial(address: str, timeout: float, local_addr: str = "") -> trio.SocketStream:
@@ -35,7 +31,7 @@ async def dial(address: str, timeout: float, local_addr: str = "") -> trio.Socke
     except UnicodeError as error:  # the IDNA codec refuses it: an empty or over-long label
         raise _cannot_connect(address, "not a valid host name") from error
     except OSError as error:
-        raise _cannot_connect(address, _describe_failure(error)) from error
+        raise _cannot_connect(address, describe_connect_failure(error)) from error
 
 
 def _cannot_connect(address: str, reason: str) -> ConnectError:
@@ -93,19 +89,5 @@ async def _bind(
 
 
 def _bind_failure(address: str, local_addr: str, error: OSError) -> ConnectError:
-    reason = f"cannot bind to local_addr {local_addr}: {_describe_failure(error)}"
+    reason = f"cannot bind to local_addr {local_addr}: {describe_connect_failure(error)}"
     return _cannot_connect(address, reason)
-
-
-def _describe_failure(error: BaseException) -> str:
-    """The root reason in plain words, e.g. "connection refused", "name does not
-    resolve", from an OSError or trio's "all attempts to connect failed"."""
-    cause = error.__cause__
-    if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
-        return _describe_failure(cause.exceptions[0])
-    if isinstance(error, socket.gaierror):
-        known = _RESOLVE_FAILURES.get(error.errno)
-        return known or (error.strerror or str(error)).lower()
-    if isinstance(error, OSError) and error.errno:
-        return os.strerror(error.errno).lower()
-    return str(error)

@@ -1,0 +1,3 @@
+module httppoolbench
+
+go 1.22

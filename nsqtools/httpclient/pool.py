@@ -1,0 +1,302 @@
+"""Sending requests over kept-alive HTTP/1.1 connections: one pool for many tasks.
+
+Owns the connections (trio TCP streams, TLS via trio.SSLStream for https), reading the
+answers (h11), the timeouts, and saying in one line why a request failed (HttpFailure).
+Requests come ready-made as bytes (nsqtools.httpclient.requests); h11 reads the
+answers, told of each request by a stand-in of the same method, as only the method
+changes how an answer is framed.
+
+    async with ConnectionPool(connect_timeout=2, request_timeout=20) as pool:
+        response = await pool.send(target.request(body))   # from any number of tasks
+        response.status, response.header("retry-after"), response.body
+
+Per origin, an idle connection is reused (the most recently used first), else a new one
+is opened, at most `max_connections_per_origin` at once (more senders wait their turn).
+A connection is closed, not reused, when either side said `Connection: close`, after
+any failure, and when its answer was not read to the end or came with bytes after it.
+`connect_timeout` bounds the TCP connect, `tls_handshake_timeout` the TLS handshake
+(Go's 10s), `request_timeout` everything (waiting for a connection, connecting,
+sending, the whole answer), as Go's http.Client.Timeout does.
+
+A server may close a kept-alive connection while it is idle; Go's Transport notices
+that in the background. Here the request finds out: when a reused connection ends
+before any byte of the answer, the request is sent once more on a new connection.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections import defaultdict
+from email.utils import parsedate_to_datetime
+from typing import NamedTuple
+
+import h11
+import trio
+
+from nsqtools.durations import format_duration
+from nsqtools.errors import NsqError, describe_connect_failure
+from nsqtools.httpclient.requests import Origin, Request
+
+_RECEIVE_SIZE = 65536
+_END = h11.EndOfMessage()
+# What h11 is told was sent, by method: the real head and body are sent as given.
+_STAND_INS = {
+    method: h11.Request(method=method, target="/", headers=[("Host", "-")])
+    for method in ("GET", "POST")
+}
+
+
+class HttpFailure(NsqError):
+    """A request got no usable answer; str() is one line: method, origin, why."""
+
+    def __init__(self, request: Request, reason: str) -> None:
+        super().__init__(f"{request.method} {origin_url(request.origin)}: {reason}")
+        self.reason = reason
+
+
+class Response(NamedTuple):
+    """An answer, read to its end."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]  # names in lower case, as h11 gives them
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        """The first value of a header (any case of `name`), or None."""
+        wanted = name.lower().encode("ascii")
+        for key, value in self.headers:
+            if key == wanted:
+                return value.decode("latin-1")
+        return None
+
+
+def origin_url(origin: Origin) -> str:
+    host = f"[{origin.host}]" if ":" in origin.host else origin.host
+    return f"{origin.scheme}://{host}:{origin.port}"
+
+
+def retry_after_seconds(value: str, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After value (delay-seconds or an HTTP-date, the past
+    meaning 0), None when it is neither."""
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
+
+
+class _NoAnswer(Exception):
+    """The connection ended before any byte of the answer."""
+
+
+class _Stale(Exception):
+    """A reused connection failed before any byte of the answer: the server may have
+    closed it while it was idle, so the request is worth sending on a new one."""
+
+
+class _Connection:
+    """One HTTP/1.1 connection: its stream and the h11 state of its answers."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.reused = False
+        self.answer_started = False
+
+    async def exchange(self, request: Request) -> Response:
+        """Send the request and read the whole answer."""
+        self.answer_started = False
+        h11_connection = self.h11
+        h11_connection.send(_STAND_INS[request.method])
+        h11_connection.send(_END)
+        await self.stream.send_all(request.data)
+        status, headers = await self._head()
+        body = await self._body()
+        return Response(status, headers, body)
+
+    async def _head(self) -> tuple[int, list[tuple[bytes, bytes]]]:
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA:
+                await self._receive()
+            elif type(event) is h11.Response:
+                return event.status_code, list(event.headers)
+            elif type(event) is not h11.InformationalResponse:
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+
+    async def _body(self) -> bytes:
+        chunks = []
+        while True:
+            event = self.h11.next_event()
+            if type(event) is h11.Data:
+                chunks.append(event.data)
+            elif event is h11.NEED_DATA:
+                await self._receive()
+            elif type(event) is h11.EndOfMessage:
+                return b"".join(chunks)
+            else:
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+
+    async def _receive(self) -> None:
+        data = await self.stream.receive_some(_RECEIVE_SIZE)
+        if data:
+            self.answer_started = True
+        elif not self.answer_started:
+            raise _NoAnswer
+        self.h11.receive_data(bytes(data))
+
+    def reusable(self, request: Request) -> bool:
+        """Both sides done, nobody asked to close, nothing unread after the answer."""
+        h11_connection = self.h11
+        if request.closes or h11_connection.their_state is not h11.DONE:
+            return False
+        if h11_connection.our_state is not h11.DONE or h11_connection.trailing_data[0]:
+            return False
+        h11_connection.start_next_cycle()
+        self.reused = True
+        return True
+
+
+class _OriginConnections:
+    """The idle connections to one origin and the limit on open ones."""
+
+    def __init__(self, limit: int) -> None:
+        self.idle: list[_Connection] = []
+        self.limiter = trio.CapacityLimiter(limit)
+
+
+class ConnectionPool(trio.abc.AsyncResource):
+    """Kept-alive connections per origin, shared by any number of tasks."""
+
+    def __init__(
+        self,
+        connect_timeout: float = 2.0,
+        request_timeout: float = 20.0,
+        max_connections_per_origin: int = 100,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_handshake_timeout: float = 10.0,
+    ) -> None:
+        self._connect_timeout = connect_timeout
+        self._request_timeout = request_timeout
+        self._tls_handshake_timeout = tls_handshake_timeout
+        self._ssl_context = ssl_context
+        self._origins: defaultdict[Origin, _OriginConnections] = defaultdict(
+            lambda: _OriginConnections(max_connections_per_origin)
+        )
+        self._closed = False
+
+    async def send(self, request: Request) -> Response:
+        """The whole answer to `request`, or HttpFailure."""
+        try:
+            with trio.fail_after(self._request_timeout):
+                origin = self._origins[request.origin]
+                async with origin.limiter:
+                    return await self._send_on(origin, request)
+        except trio.TooSlowError:
+            after = format_duration(self._request_timeout)
+            raise HttpFailure(request, f"no complete answer within {after}") from None
+
+    async def _send_on(self, origin: _OriginConnections, request: Request) -> Response:
+        connection = origin.idle.pop() if origin.idle else await self._open(request)
+        try:
+            response = await self._exchange(connection, request)
+        except _Stale:
+            connection = await self._open(request)
+            response = await self._exchange(connection, request)
+        if not self._closed and connection.reusable(request):
+            origin.idle.append(connection)
+        else:
+            await connection.stream.aclose()
+        return response
+
+    async def _exchange(self, connection: _Connection, request: Request) -> Response:
+        """The answer; else the connection is closed and HttpFailure (or _Stale) raised."""
+        try:
+            return await connection.exchange(request)
+        except BaseException as error:
+            await trio.aclose_forcefully(connection.stream)
+            reason = _failure_reason(error)
+            if reason is None:
+                raise
+            if connection.reused and not connection.answer_started:
+                raise _Stale from error
+            raise HttpFailure(request, reason) from error
+
+    async def _open(self, request: Request) -> _Connection:
+        origin = request.origin
+        try:
+            with trio.fail_after(self._connect_timeout):
+                stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+        except trio.TooSlowError:
+            after = format_duration(self._connect_timeout)
+            raise HttpFailure(request, f"cannot connect: timed out after {after}") from None
+        except OSError as error:
+            reason = describe_connect_failure(error)
+            raise HttpFailure(request, f"cannot connect: {reason}") from error
+        if origin.scheme == "https":
+            stream = await self._start_tls(request, stream)
+        return _Connection(stream)
+
+    async def _start_tls(
+        self, request: Request, tcp: trio.abc.Stream
+    ) -> trio.SSLStream[trio.abc.Stream]:
+        context = self._ssl_context or ssl.create_default_context()
+        tls = trio.SSLStream(
+            tcp, context, server_hostname=request.origin.host, https_compatible=True
+        )
+        try:
+            with trio.fail_after(self._tls_handshake_timeout):
+                await tls.do_handshake()
+        except BaseException as error:
+            await trio.aclose_forcefully(tls)
+            if isinstance(error, trio.TooSlowError):
+                after = format_duration(self._tls_handshake_timeout)
+                raise HttpFailure(request, f"TLS handshake timed out after {after}") from None
+            if isinstance(error, trio.BrokenResourceError):
+                reason = _tls_failure(error.__cause__)
+                raise HttpFailure(request, f"TLS handshake failed: {reason}") from error
+            raise
+        return tls
+
+    async def aclose(self) -> None:
+        """Close the idle connections; those in use close when their request ends."""
+        self._closed = True
+        for origin in self._origins.values():
+            while origin.idle:
+                await trio.aclose_forcefully(origin.idle.pop().stream)
+
+
+def _failure_reason(error: BaseException) -> str | None:
+    """One line for what went wrong mid-request; None for what is no HTTP failure
+    (a cancellation, a bug), which goes on as it is."""
+    if isinstance(error, _NoAnswer):
+        return "the server closed the connection without answering"
+    if isinstance(error, h11.RemoteProtocolError):
+        return f"bad answer: {error}"
+    if isinstance(error, trio.BrokenResourceError):
+        return f"connection lost: {_cause(error)}"
+    if isinstance(error, OSError):
+        return f"connection lost: {describe_connect_failure(error)}"
+    return None
+
+
+def _tls_failure(error: BaseException | None) -> str:
+    """ "certificate verify failed: self-signed certificate", not the ssl module's
+    "[SSL: CERTIFICATE_VERIFY_FAILED] ... (_ssl.c:1006)"."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {error.verify_message}"
+    if isinstance(error, ssl.SSLError) and error.reason:
+        return error.reason.lower().replace("_", " ")
+    return "the connection closed" if error is None else describe_connect_failure(error)
+
+
+def _cause(error: BaseException) -> str:
+    """Why trio says a stream broke: its cause, in plain words."""
+    cause = error.__cause__
+    if cause is None:
+        return str(error) or "closed"
+    return describe_connect_failure(cause)
