@@ -14,10 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from nsqtools.config import ClientConfig
-from nsqtools.consumer import open_consumer
 from nsqtools.testing import Nsqd, Nsqlookupd, NsqProcess, TlsFiles, run_go_tool
 from nsqtools.testing.authd import AuthService
 
@@ -152,24 +149,3 @@ def durable_nsq() -> Iterator[LocalNsq]:
     finally:
         local.close()
         shutil.rmtree(root, ignore_errors=True)
-
-
-async def not_in_nsqd(
-    nsqd: Nsqd, topic: str, wanted: set[bytes], channel: str = "check"
-) -> set[bytes]:
-    """Which of the wanted bodies the topic (or an existing channel of it) does not hold,
-    read with our consumer until each is seen (or two minutes pass). Reading by nsqd's
-    depth would not do: after a crash nsqd keeps a message whose metadata it had not
-    synced, and does not count it."""
-    missing = set(wanted)
-    config = ClientConfig(max_in_flight=2500)
-    with trio.move_on_after(120):
-        async with open_consumer(
-            topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
-        ) as consumer:
-            async for batch in consumer:
-                missing.difference_update(batch.bodies)
-                batch.finish()
-                if not missing:
-                    break
-    return missing

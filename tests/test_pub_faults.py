@@ -21,8 +21,8 @@ from typing import IO
 
 import trio
 
-from nsqtools.testing import LinkProxy, Nsqd, run_go_tool, wait_until
-from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
+from nsqtools.testing import LinkProxy, Nsqd, not_in_nsqd, run_go_tool, wait_until
+from tests.conftest import DURABLE, LocalNsq
 
 TOOL = str(Path(sys.executable).parent / "to_nsq")
 

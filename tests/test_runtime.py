@@ -16,11 +16,11 @@ import pytest
 import trio
 
 from nsqtools.config import ClientConfig
+from nsqtools.relays.nsq import Relay
 from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
-from nsqtools.runtime.relay import PublishSink
 from nsqtools.runtime.sinks import Delivery, Sink, SinkFailed
-from nsqtools.testing import Nsqd, wait_until
-from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
+from nsqtools.testing import Nsqd, not_in_nsqd, wait_until
+from tests.conftest import DURABLE, LocalNsq
 
 TOPIC = "runtime"
 CHANNEL = "tests"
@@ -210,9 +210,9 @@ async def test_a_relay_fins_only_what_its_destination_took(
         except KeyError:
             return False
 
-    sink = PublishSink([destination.tcp_address], "relayed")
-    async with sink, trio.open_nursery() as nursery:
-        nursery.start_soon(run_consumers, consume, lambda topic: sink)
+    relay = Relay([destination.tcp_address], "relayed")
+    async with relay, trio.open_nursery() as nursery:
+        nursery.start_soon(run_consumers, consume, relay.sink)
         await trio.to_thread.run_sync(wait_until, lambda: reached(5000), 60, "5000 relayed")
         # On this thread: nsqd dies with the thread that started it.
         destination.kill()

@@ -30,13 +30,14 @@ from nsqtools.testing import (
     LinkProxy,
     Nsqd,
     file_size_limit,
+    not_in_nsqd,
     other_filesystem,
     our_tool,
     remount,
     small_filesystem,
     wait_until,
 )
-from tests.conftest import DURABLE, LocalNsq, not_in_nsqd
+from tests.conftest import DURABLE, LocalNsq
 
 TOPIC = "faults"
 CHANNEL = "nsq_to_file"

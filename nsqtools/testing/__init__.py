@@ -24,6 +24,7 @@ from nsqtools.testing.cluster import (
     NsqProcess,
     NsqProcessError,
     TlsFiles,
+    not_in_nsqd,
     wait_until,
 )
 from nsqtools.testing.filesystems import (
@@ -52,6 +53,7 @@ __all__ = [
     "file_size_limit",
     "find_binary",
     "links_cross_filesystems",
+    "not_in_nsqd",
     "other_filesystem",
     "our_tool",
     "remount",

@@ -378,6 +378,10 @@ class Nsqd(NsqProcess):
         our consumer; fails if they are not all there within `timeout` seconds."""
         return trio.run(_read, self.tcp_address, topic, channel, count, timeout)
 
+    def missing(self, topic: str, wanted: set[bytes], channel: str = "check") -> set[bytes]:
+        """not_in_nsqd() from outside an event loop."""
+        return trio.run(not_in_nsqd, self, topic, wanted, channel)
+
     def publish(self, topic: str, body: bytes) -> None:
         """Publish one message over HTTP /pub (independent of our own TCP client)."""
         ask(nsqd_api.pub(self.http_address, topic, body))
@@ -417,6 +421,30 @@ async def _read(address: str, topic: str, channel: str, count: int, timeout: flo
                 if len(bodies) >= count:
                     break
     return bodies
+
+
+async def not_in_nsqd(
+    nsqd: Nsqd, topic: str, wanted: set[bytes], channel: str = "check"
+) -> set[bytes]:
+    """Which of the wanted bodies the topic (or an existing channel of it) does not hold,
+    read with our consumer until each is seen (or two minutes pass). Reading by nsqd's
+    depth would not do: after a crash nsqd keeps a message whose metadata it had not
+    synced, and does not count it; and a relay may have delivered some twice."""
+    from nsqtools.config import ClientConfig
+    from nsqtools.consumer import open_consumer
+
+    missing = set(wanted)
+    config = ClientConfig(max_in_flight=2500)
+    with trio.move_on_after(120):
+        async with open_consumer(
+            topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+        ) as consumer:
+            async for batch in consumer:
+                missing.difference_update(batch.bodies)
+                batch.finish()
+                if not missing:
+                    break
+    return missing
 
 
 def _kill_leftovers() -> None:

@@ -1,0 +1,221 @@
+"""nsq_to_nsq (also `nsq to-nsq`): relay topics to other nsqds, FIN'd only once accepted.
+
+Drop-in for Go's nsq_to_nsq v1.3.0: the same flags, defaults, modes, JSON filters (Go's
+exact semantics, nsqtools.jsonfilter) and status lines. Beyond it: MPUB batches with
+many in flight instead of one PUB per message; an unknown --mode is an error (Go quietly
+uses round-robin), and `all` publishes every message to every destination; a bad
+--consumer-opt or --producer-opt is one clear line; status lines end with a rate.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nsqtools.commands.front import (
+    CONTEXT_SETTINGS,
+    GoFlagsCommand,
+    configure_logging,
+    fail,
+    run,
+    run_event_loop,
+    version_option,
+)
+from nsqtools.commands.options import (
+    GoInt,
+    check_addresses,
+    connection_options,
+    consumer_addresses,
+    logging_options,
+    nsqd_and_lookupd_addresses,
+)
+
+if TYPE_CHECKING:
+    from nsqtools.config import ClientConfig
+    from nsqtools.jsonfilter import JsonFilter
+
+TOOL = "nsq_to_nsq"
+MODES = ("round-robin", "hostpool", "epsilon-greedy", "all")
+
+
+@dataclass
+class RelaySettings:
+    topics: list[str]
+    channel: str
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    consumer_config: ClientConfig
+    destinations: list[str]
+    destination_topic: str | None  # None: each message's own topic
+    producer_config: ClientConfig
+    mode: str
+    json_filter: JsonFilter
+    status_every: int
+
+
+@click.command("to-nsq", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
+@click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
+@click.option("--channel", default="nsq_to_nsq", show_default=True, help="NSQ channel.")
+@click.option(
+    "--destination-nsqd-tcp-address",
+    "destinations",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Destination nsqd TCP address (may be given multiple times).",
+)
+@click.option(
+    "--destination-topic",
+    default="",
+    help="Use this destination topic for all consumed topics (default: the consumed topic).",
+)
+@click.option(
+    "--mode",
+    default="hostpool",
+    show_default=True,
+    metavar="MODE",
+    help="Which destination gets each message: round-robin, hostpool, epsilon-greedy, "
+    "or all (every destination gets every message).",
+)
+@click.option(
+    "--max-in-flight",
+    type=GoInt(min=1),
+    default=200,
+    show_default=True,
+    help="Max number of messages to allow in flight.",
+)
+@click.option(
+    "--status-every",
+    type=GoInt(),
+    default=250,
+    show_default=True,
+    help="The # of requests between logging status (per destination), 0 disables.",
+)
+@click.option(
+    "--require-json-field",
+    default="",
+    help="For JSON messages: only pass messages that contain this field.",
+)
+@click.option(
+    "--require-json-value",
+    default="",
+    help="For JSON messages: only pass messages in which the required field has this value.",
+)
+@click.option(
+    "--whitelist-json-field",
+    "whitelist_json_fields",
+    multiple=True,
+    help="For JSON messages: pass this field (may be given multiple times).",
+)
+@nsqd_and_lookupd_addresses(
+    "nsqd TCP address (may be given multiple times).",
+    "lookupd HTTP address (may be given multiple times).",
+)
+@click.option(
+    "--producer-opt",
+    "producer_options",
+    multiple=True,
+    metavar="KEY,VALUE",
+    help="go-nsq option for the destination connections (may be given multiple times).",
+)
+@connection_options("consumer-opt")
+@logging_options(TOOL)
+@version_option(TOOL)
+def command(**options: Any) -> None:
+    """Relay topics to other nsqds; FIN each message once a destination accepted it."""
+    settings = _settings(options)
+    configure_logging(options["log_level"], options["log_prefix"])
+    run_event_loop(relay, settings)
+
+
+def _settings(options: dict[str, Any]) -> RelaySettings:
+    from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
+
+    topics = list(options["topics"])
+    if not topics or not options["channel"]:
+        fail("--topic and --channel are required")
+    destination_topic = options["destination_topic"] or None
+    try:
+        for topic in topics:
+            check_topic(topic)
+        if destination_topic is not None:
+            check_topic(destination_topic)
+        check_channel(options["channel"])
+    except LocalProtocolError as error:
+        fail(str(error))
+    nsqd, lookupd = consumer_addresses(options)
+    destinations = list(options["destinations"])
+    if not destinations:
+        fail("--destination-nsqd-tcp-address required")
+    check_addresses(destinations, "--destination-nsqd-tcp-address")
+    if options["mode"] not in MODES:
+        fail(f"--mode {options['mode']!r} is unknown: use one of {', '.join(MODES)}")
+    if options["status_every"] < 0:
+        fail("--status-every should not be negative")
+    return RelaySettings(
+        topics=topics,
+        channel=options["channel"],
+        nsqd_tcp_addresses=nsqd,
+        lookupd_http_addresses=lookupd,
+        consumer_config=_config(options, "consumer-opt", max_in_flight=options["max_in_flight"]),
+        destinations=destinations,
+        destination_topic=destination_topic,
+        producer_config=_config({"client_options": options["producer_options"]}, "producer-opt"),
+        mode=options["mode"],
+        json_filter=_json_filter(options),
+        status_every=options["status_every"],
+    )
+
+
+def _config(options: dict[str, Any], flag: str, **fixed: Any) -> ClientConfig:
+    from nsqtools.commands.options import build_config
+
+    try:
+        config: ClientConfig = build_config(TOOL, options, **fixed)
+    except click.UsageError as error:
+        fail(f"--{flag}: {error.format_message()}")
+    return config
+
+
+def _json_filter(options: dict[str, Any]) -> JsonFilter:
+    from nsqtools.jsonfilter import JsonFilter
+
+    return JsonFilter(
+        require_field=options["require_json_field"],
+        require_value=options["require_json_value"],
+        whitelist=tuple(options["whitelist_json_fields"]),
+    )
+
+
+async def relay(settings: RelaySettings) -> None:
+    from nsqtools.relays.nsq import Relay
+    from nsqtools.relays.status import RelayStatus, go_log_line
+    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+
+    def emit(text: str) -> None:
+        sys.stderr.write(go_log_line(text))
+
+    consume = ConsumeSettings(
+        topics=settings.topics,
+        channel=settings.channel,
+        config=settings.consumer_config,
+        nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+        lookupd_http_addresses=settings.lookupd_http_addresses,
+    )
+    status = RelayStatus(settings.status_every, settings.destinations, emit)
+    async with Relay(
+        settings.destinations,
+        settings.destination_topic,
+        settings.producer_config,
+        settings.mode,
+        json_filter=settings.json_filter,
+        status=status,
+        report=emit,
+    ) as relaying:
+        await run_consumers(consume, relaying.sink)
+
+
+def main() -> None:
+    run(command, TOOL)

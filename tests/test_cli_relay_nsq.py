@@ -1,0 +1,195 @@
+"""nsq_to_nsq run as a user runs it: a source and a destination nsqd, exit status, logs.
+
+Side by side with Go's nsq_to_nsq on the same messages and options: the same bodies at
+the destination (JSON filters included).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import pytest
+
+from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
+from tests.conftest import DURABLE, LocalNsq
+
+OURS = our_tool("nsq_to_nsq")
+TOPIC = "source"
+
+
+def go_tool() -> list[str]:
+    return [str(find_binary("nsq_to_nsq"))]
+
+
+def bodies(count: int) -> list[bytes]:
+    return [b"%08d relayed" % index for index in range(count)]
+
+
+def relay_with(
+    tool: list[str], source: Nsqd, destination: Nsqd, channel: str, *args: str
+) -> list[str]:
+    return [
+        *tool,
+        f"--nsqd-tcp-address={source.tcp_address}",
+        f"--topic={TOPIC}",
+        f"--channel={channel}",
+        f"--destination-nsqd-tcp-address={destination.tcp_address}",
+        *args,
+    ]
+
+
+def relay_until_drained(argv: list[str], source: Nsqd, channel: str) -> str:
+    """Run the relay until the source channel is drained; its stderr."""
+    with running(argv) as tool:
+        wait_until(lambda: source.drained(TOPIC, channel), 30, f"{channel} drained")
+    return tool.stderr
+
+
+def both_relay(
+    source: Nsqd, destination: Nsqd, messages: list[bytes], *args: str, expected: int
+) -> dict[str, Counter[bytes]]:
+    """Go's and ours relay the same messages (each to its own destination topic): what
+    each destination topic got."""
+    source.create_channels(TOPIC, "go", "ours")
+    source.publish_many(TOPIC, messages)
+    got = {}
+    for name, tool in (("go", go_tool()), ("ours", OURS)):
+        argv = relay_with(tool, source, destination, name, f"--destination-topic={name}", *args)
+        relay_until_drained(argv, source, name)
+        wait_until(lambda: topic_depth(destination, name) == expected, 10, f"{name} relayed")  # noqa: B023
+        got[name] = Counter(destination.read(name, expected))
+    return got
+
+
+def topic_depth(nsqd: Nsqd, topic: str) -> int:
+    try:
+        return nsqd.topic_depth(topic)
+    except KeyError:
+        return 0
+
+
+@pytest.fixture
+def destination(local_nsq: LocalNsq) -> Nsqd:
+    return local_nsq.nsqd("destination")
+
+
+def test_relays_every_message_as_go(nsqd: Nsqd, destination: Nsqd) -> None:
+    messages = bodies(2000)
+    got = both_relay(nsqd, destination, messages, expected=len(messages))
+    assert got["ours"] == got["go"] == Counter(messages)
+
+
+def test_each_topic_goes_to_its_own_name_by_default(nsqd: Nsqd, destination: Nsqd) -> None:
+    for topic in ("left", "right"):
+        nsqd.publish_many(topic, [topic.encode()] * 10)
+    argv = [
+        *OURS,
+        f"--nsqd-tcp-address={nsqd.tcp_address}",
+        "--topic=left",
+        "--topic=right",
+        f"--destination-nsqd-tcp-address={destination.tcp_address}",
+    ]
+    with running(argv):
+        for topic in ("left", "right"):
+            wait_until(lambda: topic_depth(destination, topic) == 10, 20, topic)  # noqa: B023
+    assert destination.read("left", 10) == [b"left"] * 10
+    assert destination.read("right", 10) == [b"right"] * 10
+
+
+JSON_BODIES = [
+    b'{"kind": "a", "n": 1, "x": 1.5, "nested": {"f": 2.0}}',
+    b'{"kind": "b", "n": "1", "big": 12345678901234567890, "html": "<a&b>"}',
+    b'{"kind": "a", "n": 2.0, "tiny": 1e-7, "huge": 1e21, "uni": "caf\\u00e9 \xe2\x80\xa8"}',
+    b'{"n": 1, "kind": "a", "kind": "c"}',
+    b"not json",
+    b"[1, 2]",
+    b"null",
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--whitelist-json-field=n", "--whitelist-json-field=big", "--whitelist-json-field=x"], 5),
+        (["--require-json-field=kind", "--whitelist-json-field=kind"], 4),
+        (["--require-json-field=n", "--require-json-value=1"], 3),  # null: requeued
+        (["--require-json-field=kind", "--require-json-value=a"], 2),
+    ],
+)
+def test_json_filters_as_go(
+    nsqd: Nsqd, destination: Nsqd, options: list[str], expected: int
+) -> None:
+    got = both_relay(nsqd, destination, JSON_BODIES, *options, expected=expected)
+    assert got["ours"] == got["go"]
+
+
+def test_round_robin_spreads_over_the_destinations(nsqd: Nsqd, local_nsq: LocalNsq) -> None:
+    destinations = [local_nsq.nsqd(f"destination-{index}") for index in range(2)]
+    nsqd.publish_many(TOPIC, bodies(5000))
+    argv = [
+        *OURS,
+        f"--nsqd-tcp-address={nsqd.tcp_address}",
+        f"--topic={TOPIC}",
+        "--mode=round-robin",
+        "--max-in-flight=50",  # several batches, so both get some
+        *(f"--destination-nsqd-tcp-address={d.tcp_address}" for d in destinations),
+    ]
+    relay_until_drained(argv, nsqd, "nsq_to_nsq")
+    depths = [topic_depth(destination, TOPIC) for destination in destinations]
+    assert sum(depths) == 5000
+    assert min(depths) > 0
+
+
+def test_status_lines_as_go_with_a_rate(nsqd: Nsqd, destination: Nsqd) -> None:
+    nsqd.publish_many(TOPIC, bodies(450))
+    argv = relay_with(OURS, nsqd, destination, "status", "--status-every=200")
+    stderr = relay_until_drained(argv, nsqd, "status")
+    lines = [line for line in stderr.splitlines() if "[aggregate]" in line]
+    assert len(lines) == 2, stderr  # at the 201st and the 401st
+    for line in lines:
+        assert line[:20].count("/") == 2  # Go's log date, then the line
+        assert " [aggregate]: finished 200 - 99th: " in line
+        assert line.endswith("/s")
+
+
+def test_a_destination_killed_and_restarted_loses_nothing(
+    nsqd: Nsqd, durable_nsq: LocalNsq
+) -> None:
+    """Every source message reaches the destination at least once, and the source FINs
+    nothing the destination did not acknowledge (its channel drains only at the end)."""
+    destination = durable_nsq.nsqd("destination", extra_args=DURABLE)
+    messages = bodies(20_000)
+    nsqd.publish_many(TOPIC, messages)
+    argv = relay_with(OURS, nsqd, destination, "relay", "--max-in-flight=500")
+    with running(argv):
+        wait_until(lambda: topic_depth(destination, TOPIC) >= 5000, 60, "5000 relayed")
+        destination.kill()
+        destination.start()
+        wait_until(lambda: nsqd.drained(TOPIC, "relay"), 120, "the source drained")
+    assert destination.missing(TOPIC, set(messages)) == set()
+
+
+SOURCE = "--nsqd-tcp-address=127.0.0.1:1"
+DESTINATION = "--destination-nsqd-tcp-address=127.0.0.1:2"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--channel=c", SOURCE, DESTINATION], "--topic and --channel are required"),
+        (["--topic=t", SOURCE], "--destination-nsqd-tcp-address required"),
+        (["--topic=bad topic", SOURCE, DESTINATION], "topic"),
+        (["--topic=t", "--destination-topic=a/b", SOURCE, DESTINATION], "topic"),
+        (["--topic=t", "--mode=random", SOURCE, DESTINATION], "--mode 'random' is unknown"),
+        (["--topic=t", "--producer-opt=no_such,1", SOURCE, DESTINATION], "--producer-opt"),
+        (["--topic=t", "--consumer-opt=max_in_flight,x", SOURCE, DESTINATION], "--consumer-opt"),
+        (["--topic=t", "--lookupd-http-address=127.0.0.1:1", SOURCE, DESTINATION], "both"),
+    ],
+)
+def test_bad_options_stop_with_one_line(args: list[str], message: str) -> None:
+    result = subprocess.run([*OURS, *args], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("nsq_to_nsq: error: ")
+    assert message in result.stderr
