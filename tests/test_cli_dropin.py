@@ -77,6 +77,23 @@ CHECKS_THAT_FAIL = [
     ("to_nsq", ["{nsqd}", "-topic=t", "-delimiter=ab"], 1),
     ("to_nsq", ["{nsqd}", "-topic=t", "-rate=x"], 2),
     ("to_nsq", ["{nsqd}", "-topic=t", "-producer-opt=nope,1"], 2),
+    ("nsq_to_nsq", [], 1),
+    ("nsq_to_nsq", ["{nsqd}"], 1),
+    ("nsq_to_nsq", ["{nsqd}", "-topic=t"], 1),  # no destination
+    ("nsq_to_nsq", ["{nsqd}", "-topic=bad!", "-destination-nsqd-tcp-address=127.0.0.1:1"], 1),
+    ("nsq_to_nsq", ["{nsqd}", "-topic=t", "-destination-topic=bad!"], 1),
+    ("nsq_to_nsq", ["{nsqd}", "-topic=t", "-status-every=x"], 2),
+    ("nsq_to_nsq", ["{nsqd}", "-topic=t", "-consumer-opt=nope,1"], 2),
+    ("nsq_to_nsq", ["{nsqd}", "-topic=t", "-producer-opt=nope,1"], 2),
+    ("nsq_to_http", [], 1),
+    ("nsq_to_http", ["{nsqd}", "-topic=t"], 1),  # no --get or --post
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-post=http://h/", "-get=http://h/%s"], 1),
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-get=http://h/"], 1),
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-get=http://h/%s", "-content-type=a/b"], 1),
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-post=http://h/", "-sample=2"], 1),
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-post=http://h/", "-header=k=v"], 1),
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-post=http://h/", "-n=x"], 2),
+    ("nsq_to_http", ["{nsqd}", "-topic=t", "-post=http://h/", "-consumer-opt=nope,1"], 2),
 ]
 
 
@@ -168,7 +185,8 @@ OUR_HEADINGS = ["TLS, compression and AUTH:", "Output and delivery:", "Logging:"
 
 
 @pytest.mark.parametrize(
-    ("tool", "more_headings"), [("nsq_tail", []), ("to_nsq", ["Other options:"])]
+    ("tool", "more_headings"),
+    [("nsq_tail", []), ("to_nsq", ["Other options:"]), ("nsq_to_nsq", []), ("nsq_to_http", [])],
 )
 def test_help_names_the_go_tool_and_shows_its_options_first(
     tool: str, more_headings: list[str]

@@ -182,8 +182,6 @@ DESTINATION = "--destination-nsqd-tcp-address=127.0.0.1:2"
         (["--topic=bad topic", SOURCE, DESTINATION], "topic"),
         (["--topic=t", "--destination-topic=a/b", SOURCE, DESTINATION], "topic"),
         (["--topic=t", "--mode=random", SOURCE, DESTINATION], "--mode 'random' is unknown"),
-        (["--topic=t", "--producer-opt=no_such,1", SOURCE, DESTINATION], "--producer-opt"),
-        (["--topic=t", "--consumer-opt=max_in_flight,x", SOURCE, DESTINATION], "--consumer-opt"),
         (["--topic=t", "--lookupd-http-address=127.0.0.1:1", SOURCE, DESTINATION], "both"),
     ],
 )

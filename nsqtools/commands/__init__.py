@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "pub": ("nsqtools.commands.pub", "to_nsq"),
     "tail": ("nsqtools.commands.tail", "nsq_tail"),
     "to-file": ("nsqtools.commands.to_file", "nsq_to_file"),
+    "to-http": ("nsqtools.commands.relay_http", "nsq_to_http"),
     "to-nsq": ("nsqtools.commands.relay_nsq", "nsq_to_nsq"),
 }
 

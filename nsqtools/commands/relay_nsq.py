@@ -133,6 +133,9 @@ def command(**options: Any) -> None:
 def _settings(options: dict[str, Any]) -> RelaySettings:
     from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
 
+    # The go-nsq options first: Go refuses a bad one while parsing flags (exit 2).
+    consumer_config = _config(options, "consumer-opt", max_in_flight=options["max_in_flight"])
+    producer_config = _config({"client_options": options["producer_options"]}, "producer-opt")
     topics = list(options["topics"])
     if not topics or not options["channel"]:
         fail("--topic and --channel are required")
@@ -159,10 +162,10 @@ def _settings(options: dict[str, Any]) -> RelaySettings:
         channel=options["channel"],
         nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd,
-        consumer_config=_config(options, "consumer-opt", max_in_flight=options["max_in_flight"]),
+        consumer_config=consumer_config,
         destinations=destinations,
         destination_topic=destination_topic,
-        producer_config=_config({"client_options": options["producer_options"]}, "producer-opt"),
+        producer_config=producer_config,
         mode=options["mode"],
         json_filter=_json_filter(options),
         status_every=options["status_every"],
@@ -174,8 +177,8 @@ def _config(options: dict[str, Any], flag: str, **fixed: Any) -> ClientConfig:
 
     try:
         config: ClientConfig = build_config(TOOL, options, **fixed)
-    except click.UsageError as error:
-        fail(f"--{flag}: {error.format_message()}")
+    except click.UsageError as error:  # exit 2: a flag that does not parse, as in Go
+        raise click.UsageError(f"--{flag}: {error.format_message()}") from None
     return config
 
 

@@ -1,0 +1,293 @@
+"""nsq_to_http (also `nsq to-http`): send a topic's messages to HTTP endpoints, FIN'd only
+once an endpoint accepted them.
+
+Drop-in for Go's nsq_to_http v1.3.0: the same flags, defaults, modes, request bytes
+(User-Agent aside), success rules (GET: 200; POST: any 2xx) and status lines. Beyond it:
+kept-alive connections without a thread per request; an unknown --mode is an error (Go
+quietly sends every message to every address: ask for that by name, `all`); a 429 or
+503 with Retry-After requeues the message for that long; a summary at exit; and
+--batch-size for POSTing many messages as one newline-separated body.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nsqtools.commands.front import (
+    CONTEXT_SETTINGS,
+    OUTPUT,
+    GoFlagsCommand,
+    configure_logging,
+    fail,
+    grouped_option,
+    run,
+    run_event_loop,
+    version_option,
+)
+from nsqtools.commands.options import (
+    DURATION,
+    GoInt,
+    build_config,
+    connection_options,
+    consumer_addresses,
+    logging_options,
+    nsqd_and_lookupd_addresses,
+)
+
+if TYPE_CHECKING:
+    from nsqtools.config import ClientConfig
+    from nsqtools.relays.http import HttpCounts, HttpRelaySettings, Target
+
+TOOL = "nsq_to_http"
+MODES = ("round-robin", "hostpool", "epsilon-greedy", "all")
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+@dataclass
+class ToHttpSettings:
+    topic: str
+    channel: str
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    config: ClientConfig
+    relay: HttpRelaySettings
+    status_every: int
+
+
+@click.command("to-http", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
+@click.option("--topic", default="", help="NSQ topic.")
+@click.option("--channel", default="nsq_to_http", show_default=True, help="NSQ channel.")
+@click.option(
+    "--post",
+    "post_addresses",
+    multiple=True,
+    metavar="URL",
+    help="HTTP address to make a POST request to; data will be in the body (may be given "
+    "multiple times).",
+)
+@click.option(
+    "--get",
+    "get_addresses",
+    multiple=True,
+    metavar="URL",
+    help="HTTP address to make a GET request to; '%s' will be replaced with the data, "
+    "query-escaped (may be given multiple times).",
+)
+@click.option(
+    "--content-type",
+    default=DEFAULT_CONTENT_TYPE,
+    show_default=True,
+    help="The Content-Type used for POST requests.",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="'KEY: VALUE'",
+    help="Custom header for HTTP requests (may be given multiple times).",
+)
+@click.option(
+    "--mode",
+    default="hostpool",
+    show_default=True,
+    metavar="MODE",
+    help="Which address gets each message: round-robin, hostpool, epsilon-greedy, or all "
+    "(every address gets every message).",
+)
+@click.option(
+    "-n",
+    "senders",
+    type=GoInt(),
+    default=100,
+    show_default=True,
+    help="Number of concurrent publishers (requests at once).",
+)
+@click.option(
+    "--sample",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Fraction of messages to publish (0.0 to 1.0); the others are FIN'd unsent.",
+)
+@click.option(
+    "--max-in-flight",
+    type=GoInt(min=1),
+    default=200,
+    show_default=True,
+    help="Max number of messages to allow in flight.",
+)
+@click.option(
+    "--status-every",
+    type=GoInt(),
+    default=250,
+    show_default=True,
+    help="The # of requests between logging status, 0 disables.",
+)
+@click.option(
+    "--http-client-connect-timeout",
+    type=DURATION,
+    default="2s",
+    show_default=True,
+    help="Timeout for HTTP connect.",
+)
+@click.option(
+    "--http-client-request-timeout",
+    type=DURATION,
+    default="20s",
+    show_default=True,
+    help="Timeout for HTTP request.",
+)
+@grouped_option(
+    OUTPUT,
+    "--batch-size",
+    type=GoInt(min=1),
+    default=1,
+    show_default=True,
+    help="With --post: up to this many messages in one request, each body followed by a "
+    "newline (NDJSON when they are JSON), FIN'd together on success.",
+)
+@nsqd_and_lookupd_addresses(
+    "nsqd TCP address (may be given multiple times).",
+    "lookupd HTTP address (may be given multiple times).",
+)
+@connection_options("consumer-opt")
+@logging_options(TOOL)
+@version_option(TOOL)
+def command(**options: Any) -> None:
+    """Send the messages of a topic to HTTP endpoints (GET or POST)."""
+    settings = _settings(options)
+    configure_logging(options["log_level"], options["log_prefix"])
+    run_event_loop(to_http, settings)
+
+
+def _settings(options: dict[str, Any]) -> ToHttpSettings:
+    from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
+    from nsqtools.relays.http import HttpRelaySettings
+
+    config = _config(options)  # first: Go refuses a bad --consumer-opt while parsing flags
+    if not options["topic"] or not options["channel"]:
+        fail("--topic and --channel are required")
+    try:
+        check_topic(options["topic"])
+        check_channel(options["channel"])
+    except LocalProtocolError as error:
+        fail(str(error))
+    _check_content_type(options)
+    nsqd, lookupd = consumer_addresses(options)
+    if options["mode"] not in MODES:
+        fail(f"--mode {options['mode']!r} is unknown: use one of {', '.join(MODES)}")
+    if not 0.0 <= options["sample"] <= 1.0:
+        fail("--sample must be between 0.0 and 1.0")
+    if options["senders"] < 1:
+        fail("-n must be at least 1")
+    if options["batch_size"] > 1 and not options["post_addresses"]:
+        fail("--batch-size is only used with --post")
+    if options["http_client_connect_timeout"] <= 0 or options["http_client_request_timeout"] <= 0:
+        fail("--http-client-connect-timeout and --http-client-request-timeout must be positive")
+    relay = HttpRelaySettings(
+        targets=_targets(options),
+        mode=options["mode"],
+        senders=options["senders"],
+        sample=options["sample"],
+        connect_timeout=options["http_client_connect_timeout"],
+        request_timeout=options["http_client_request_timeout"],
+        max_requeue_delay=config.max_requeue_delay,
+        batch_size=options["batch_size"],
+    )
+    return ToHttpSettings(
+        topic=options["topic"],
+        channel=options["channel"],
+        nsqd_tcp_addresses=nsqd,
+        lookupd_http_addresses=lookupd,
+        config=config,
+        relay=relay,
+        status_every=options["status_every"],
+    )
+
+
+def _check_content_type(options: dict[str, Any]) -> None:
+    """Go's checks: a Content-Type other than the default needs --post and a value."""
+    if options["content_type"] != DEFAULT_CONTENT_TYPE:
+        if not options["post_addresses"]:
+            fail("--content-type only used with --post")
+        if not options["content_type"]:
+            fail("--content-type requires a value when used")
+
+
+def _targets(options: dict[str, Any]) -> list[Target]:
+    from nsqtools.httpclient.requests import GetTarget, HttpOptionError, PostTarget, parse_headers
+
+    posts, gets = options["post_addresses"], options["get_addresses"]
+    if not posts and not gets:
+        fail("--get or --post required")
+    if posts and gets:
+        fail("use --get or --post not both")
+    try:
+        headers = parse_headers(options["headers"])
+        if posts:
+            return [PostTarget(url, options["content_type"], headers) for url in posts]
+        return [GetTarget(template, headers) for template in gets]
+    except HttpOptionError as error:
+        fail(str(error))
+
+
+def _config(options: dict[str, Any]) -> ClientConfig:
+    try:
+        config: ClientConfig = build_config(TOOL, options, max_in_flight=options["max_in_flight"])
+    except click.UsageError as error:  # exit 2: a flag that does not parse, as in Go
+        raise click.UsageError(f"--consumer-opt: {error.format_message()}") from None
+    return config
+
+
+async def to_http(settings: ToHttpSettings) -> None:
+    from nsqtools.relays.http import HttpCounts, HttpRelay
+    from nsqtools.relays.status import RelayStatus, go_log_line
+    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+
+    def emit(text: str) -> None:
+        sys.stderr.write(go_log_line(text))
+
+    consume = ConsumeSettings(
+        topics=[settings.topic],
+        channel=settings.channel,
+        config=settings.config,
+        nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+        lookupd_http_addresses=settings.lookupd_http_addresses,
+    )
+    addresses = [target.address for target in settings.relay.targets]
+    status = RelayStatus(settings.status_every, addresses, emit)
+    counts = HttpCounts()
+    try:
+        async with HttpRelay(settings.relay, status, counts) as relay:
+            await run_consumers(consume, lambda topic: relay)
+    finally:
+        emit(summary(counts))
+
+
+def summary(counts: HttpCounts) -> str:
+    """The line at exit: what was sent, requeued, sampled out, and how long it took."""
+    from nsqtools.relays.status import percentile
+
+    ordered = sorted(counts.latencies)
+    average = sum(ordered) / len(ordered) if ordered else 0.0
+    times = " - ".join(
+        f"{label}: {value * 1e3:.2f}ms"
+        for label, value in (
+            ("50th", percentile(50, ordered)),
+            ("95th", percentile(95, ordered)),
+            ("99th", percentile(99, ordered)),
+            ("avg", average),
+        )
+    )
+    return (
+        f"[summary]: {counts.sent} sent, {counts.failed} requeued after a failed request, "
+        f"{counts.sampled_out} sampled out - {times}"
+    )
+
+
+def main() -> None:
+    run(command, TOOL)

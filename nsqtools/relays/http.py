@@ -1,0 +1,263 @@
+"""nsq_to_http's data path: each message sent as an HTTP request by -n concurrent senders
+over kept-alive connections, FIN'd once the endpoint accepted it, requeued if not.
+
+An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each message
+(--sample: the others are FIN'd unsent, as Go does), then hands messages to the senders
+through a bounded channel, so the consumer waits while every sender is busy. A sender
+builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
+settles the message itself: FIN on success (GET: 200; POST: any 2xx), else REQ with
+backoff. A 429 or 503 with Retry-After is requeued for that long (capped by the
+consumer's max requeue delay), so nsqd holds the message while the endpoint asked for
+quiet. Which endpoint: the --mode's host policy (nsqtools.hostpolicy), or every
+endpoint in turn with `all` (a failure at any requeues the message: Go's behaviour).
+
+With batch_size > 1 (--post only), up to that many messages of a delivery go as one
+POST, their bodies each followed by a newline (NDJSON when they are JSON), settled
+together.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import trio
+
+from nsqtools.hostpolicy import make_policy
+from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
+from nsqtools.httpclient.requests import GetTarget, PostTarget
+from nsqtools.protocol.frames import Message
+from nsqtools.relays.status import RelayStatus
+from nsqtools.runtime.sinks import Delivery
+
+log = logging.getLogger("nsqtools.http")
+
+Target = PostTarget | GetTarget
+
+# Host policies: how long a failing endpoint is left alone, at first and at most
+# (go-hostpool's defaults, as Go's nsq_to_http uses them).
+RETRY_DELAY = 30.0
+MAX_RETRY_DELAY = 900.0
+LATENCY_SAMPLES = 10_000  # kept for the summary's percentiles (a uniform sample)
+
+
+@dataclass(frozen=True)
+class HttpRelaySettings:
+    targets: Sequence[Target]
+    mode: str  # round-robin, hostpool, epsilon-greedy or all
+    senders: int  # -n
+    sample: float  # fraction of messages sent (the others FIN'd unsent)
+    connect_timeout: float
+    request_timeout: float
+    max_requeue_delay: float  # the consumer's: a Retry-After longer than this is cut
+    batch_size: int = 1
+
+
+@dataclass
+class HttpCounts:
+    """What the run did, for the summary at exit."""
+
+    sent: int = 0  # messages an endpoint accepted
+    failed: int = 0  # messages requeued after a failed request
+    sampled_out: int = 0
+    latencies: list[float] = field(default_factory=list)  # a sample of them
+    _seen: int = 0
+
+    def add_latency(self, seconds: float) -> None:
+        """Keep a uniform sample of every latency (reservoir sampling)."""
+        self._seen += 1
+        if len(self.latencies) < LATENCY_SAMPLES:
+            self.latencies.append(seconds)
+            return
+        slot = random.randrange(self._seen)
+        if slot < LATENCY_SAMPLES:
+            self.latencies[slot] = seconds
+
+
+@dataclass
+class _Work:
+    """Messages of one delivery sent as one request (one message unless batching)."""
+
+    delivery: Delivery
+    messages: list[Message]
+
+
+class HttpRelay:
+    """The runtime Sink of nsq_to_http: messages to HTTP endpoints, -n at a time."""
+
+    tick_interval: float | None = None
+
+    def __init__(
+        self,
+        settings: HttpRelaySettings,
+        status: RelayStatus,
+        counts: HttpCounts,
+        report: Callable[[str], None] = log.warning,
+    ) -> None:
+        self.settings = settings
+        self.status = status
+        self.counts = counts
+        self.report = report
+        self._policy = make_policy(
+            settings.mode, len(settings.targets), RETRY_DELAY, MAX_RETRY_DELAY
+        )
+        self._pool = ConnectionPool(
+            settings.connect_timeout,
+            settings.request_timeout,
+            max_connections_per_origin=settings.senders,
+        )
+        self._send_work, self._receive_work = trio.open_memory_channel[_Work](0)
+        self._unanswered: dict[Delivery, int] = {}  # messages not yet FIN'd or requeued
+        self._all_answered = trio.Event()
+        self._all_answered.set()
+        self._nursery_manager = trio.open_nursery()
+
+    async def __aenter__(self) -> Self:
+        nursery = await self._nursery_manager.__aenter__()
+        for _ in range(self.settings.senders):
+            nursery.start_soon(self._sender, self._receive_work.clone())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._send_work.aclose()
+        try:
+            await self._nursery_manager.__aexit__(exc_type, exc, traceback)
+        finally:
+            await self._pool.aclose()
+
+    # -- the runtime's side ------------------------------------------------------------
+
+    async def accept(self, delivery: Delivery) -> None:
+        """Hand the delivery's messages to the senders; waits while all are busy."""
+        messages = self._sampled(delivery)
+        if not messages:
+            delivery.done()
+            return
+        self._unanswered[delivery] = len(messages)
+        self._all_answered = trio.Event()
+        size = self.settings.batch_size
+        for start in range(0, len(messages), size):
+            await self._send_work.send(_Work(delivery, messages[start : start + size]))
+
+    async def flush(self) -> None:
+        """Wait until every message accepted is FIN'd or requeued."""
+        await self._all_answered.wait()
+
+    tick = flush
+
+    def _sampled(self, delivery: Delivery) -> list[Message]:
+        messages = delivery.batch.messages[: delivery.count]
+        sample = self.settings.sample
+        if sample >= 1.0:
+            return messages
+        kept: list[Message] = []
+        dropped: list[Message] = []
+        for message in messages:
+            (kept if random.random() <= sample else dropped).append(message)
+        if dropped:
+            delivery.batch.finish(dropped)  # Go's: FIN'd, never sent
+            self.counts.sampled_out += len(dropped)
+        return kept
+
+    # -- the senders -------------------------------------------------------------------
+
+    async def _sender(self, work: trio.MemoryReceiveChannel[_Work]) -> None:
+        async with work:
+            async for item in work:
+                await self._send(item)
+
+    async def _send(self, work: _Work) -> None:
+        """One request to the endpoint the mode picks (every one, in turn, with "all")."""
+        body = self._body(work.messages)
+        started = trio.current_time()
+        for index in self._targets():
+            target = self.settings.targets[index]
+            sent_at = trio.current_time()
+            failure, retry_after = await self._request(target, body)
+            took = trio.current_time() - sent_at
+            self._mark(index, failure, took)
+            if failure:
+                self._requeue(work, failure, retry_after)
+                return
+            self.status.record_destination(target.address, took, len(work.messages))
+        self._finish(work, trio.current_time() - started)
+
+    def _body(self, messages: list[Message]) -> bytes:
+        if len(messages) == 1 and self.settings.batch_size == 1:
+            return messages[0].body
+        return b"".join(message.body + b"\n" for message in messages)
+
+    def _targets(self) -> list[int]:
+        if self._policy is None:
+            return list(range(len(self.settings.targets)))
+        return [self._policy.pick(trio.current_time())]
+
+    async def _request(self, target: Target, body: bytes) -> tuple[str, float | None]:
+        """Why the request failed ("" if it did not), and the Retry-After it came with."""
+        try:
+            response = await self._pool.send(target.request(body))
+        except HttpFailure as error:
+            return str(error), None
+        if _accepted(target, response):
+            return "", None
+        reason = f"{target.address}: got status code {response.status}"
+        if response.status in (429, 503):
+            value = response.header("retry-after")
+            return reason, None if value is None else retry_after_seconds(value)
+        return reason, None
+
+    def _mark(self, index: int, failure: str, took: float) -> None:
+        if self._policy is None:
+            return
+        now = trio.current_time()
+        if failure:
+            self._policy.mark_failed(index, now)
+        else:
+            self._policy.mark_success(index, now, took)
+
+    def _finish(self, work: _Work, took: float) -> None:
+        work.delivery.batch.finish(work.messages)
+        count = len(work.messages)
+        self.counts.sent += count
+        self.counts.add_latency(took)
+        self.status.aggregate.record(took, count)
+        self._answered(work)
+
+    def _requeue(self, work: _Work, failure: str, retry_after: float | None) -> None:
+        count = len(work.messages)
+        self.counts.failed += count
+        if retry_after is not None:
+            delay = min(retry_after, self.settings.max_requeue_delay)
+            self.report(f"{failure}: {count} requeued for {delay:g}s (Retry-After)")
+            work.delivery.batch.requeue(work.messages, delay=delay)
+        else:
+            self.report(f"{failure}: {count} requeued")
+            work.delivery.batch.requeue(work.messages)
+        self._answered(work)
+
+    def _answered(self, work: _Work) -> None:
+        delivery = work.delivery
+        left = self._unanswered[delivery] - len(work.messages)
+        if left:
+            self._unanswered[delivery] = left
+            return
+        del self._unanswered[delivery]
+        delivery.done()  # every message answered one by one: marks it settled
+        if not self._unanswered:
+            self._all_answered.set()
+
+
+def _accepted(target: Target, response: Response) -> bool:
+    """Go's rule: a GET succeeds on 200 only, a POST on any 2xx."""
+    if isinstance(target, GetTarget):
+        return response.status == 200
+    return 200 <= response.status < 300

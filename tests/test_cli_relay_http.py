@@ -1,0 +1,251 @@
+"""nsq_to_http run as a user runs it: a real nsqd, local HTTP servers that record and
+fail on demand (nsqtools.testing.webserver), exit status, logs.
+
+Side by side with Go's nsq_to_http: the same requests on the wire (User-Agent aside).
+Failures (500, 429 with Retry-After, a reset, an answer too slow, a refused connect)
+requeue the message and lose nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
+from nsqtools.testing.webserver import Answer, Received, WebServer
+
+OURS = our_tool("nsq_to_http")
+TOPIC = "web"
+
+
+@pytest.fixture
+def server() -> Iterator[WebServer]:
+    with WebServer() as web:
+        yield web
+
+
+def bodies(count: int) -> list[bytes]:
+    return [b"%06d message" % index for index in range(count)]
+
+
+def relay_argv(tool: list[str], nsqd: Nsqd, channel: str, *args: str) -> list[str]:
+    return [
+        *tool,
+        f"--nsqd-tcp-address={nsqd.tcp_address}",
+        f"--topic={TOPIC}",
+        f"--channel={channel}",
+        *args,
+    ]
+
+
+def relay_until_drained(argv: list[str], nsqd: Nsqd, channel: str, timeout: float = 30) -> str:
+    """Run until the channel is drained (every message FIN'd); the tool's stderr."""
+    with running(argv) as tool:
+        wait_until(lambda: nsqd.drained(TOPIC, channel), timeout, f"{channel} drained")
+    return tool.stderr
+
+
+def posted(requests: list[Received]) -> Counter[bytes]:
+    return Counter(request.body for request in requests)
+
+
+def test_posts_every_message_and_fins_it(nsqd: Nsqd, server: WebServer) -> None:
+    messages = bodies(500)
+    nsqd.publish_many(TOPIC, messages)
+    argv = relay_argv(OURS, nsqd, "post", f"--post={server.url}/in")
+    stderr = relay_until_drained(argv, nsqd, "post")
+    assert posted(server.received) == Counter(messages)
+    assert server.connections <= 100  # kept alive, at most -n at once
+    assert "[summary]: 500 sent, 0 requeued after a failed request, 0 sampled out" in stderr
+
+
+def normalised(request: Received) -> bytes:
+    return re.sub(rb"User-Agent: nsq_to_http v[^\r]*", b"User-Agent: -", request.raw)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--post={url}/in?x=1", "--header=X-Trace: abc", "--content-type=application/json"],
+        ["--get={url}/in?data=%s", "--header=Authorization: Bearer t"],
+    ],
+)
+def test_requests_on_the_wire_as_go(nsqd: Nsqd, server: WebServer, options: list[str]) -> None:
+    messages = [b"a b&c=d/\xc3\xa9", b'{"json": [1, 2]}', b"plain"]
+    nsqd.create_channels(TOPIC, "go", "ours")
+    nsqd.publish_many(TOPIC, messages)
+    given = [option.replace("{url}", server.url) for option in options]
+    sent = {}
+    for name, tool in (("go", [str(find_binary("nsq_to_http"))]), ("ours", OURS)):
+        before = len(server.received)
+        relay_until_drained(relay_argv(tool, nsqd, name, *given), nsqd, name)
+        sent[name] = sorted(normalised(request) for request in server.received[before:])
+    assert sent["ours"] == sent["go"]
+    assert len(sent["ours"]) == len(messages)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Answer(status=500),
+        Answer(status=503),
+        Answer(reset=True),
+        Answer(raw=b"this is no HTTP\r\n\r\n"),
+        Answer(content_length=100, body=b"short"),
+    ],
+    ids=["500", "503", "reset", "not-http", "short-body"],
+)
+def test_a_failed_request_requeues_and_nothing_is_lost(
+    nsqd: Nsqd, server: WebServer, failure: Answer
+) -> None:
+    messages = bodies(50)
+    nsqd.publish_many(TOPIC, messages)
+    server.script(*[failure] * 5)
+    retry_fast = ["--consumer-opt=default_requeue_delay,0", "--consumer-opt=backoff_multiplier,0"]
+    timeout = "--http-client-request-timeout=1s"  # a short body: waited for until then
+    argv = relay_argv(OURS, nsqd, "fail", f"--post={server.url}/in", timeout, *retry_fast)
+    stderr = relay_until_drained(argv, nsqd, "fail")
+    accepted = [request for request in server.received[5:]]
+    assert set(posted(accepted)) == set(messages)  # each at least once, after the failures
+    assert "requeued" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_an_answer_slower_than_the_request_timeout_is_a_failure(
+    nsqd: Nsqd, server: WebServer
+) -> None:
+    import threading
+
+    held = threading.Event()
+    nsqd.publish(TOPIC, b"slow")
+    server.script(Answer(hold=held))
+    argv = relay_argv(
+        OURS,
+        nsqd,
+        "slow",
+        f"--post={server.url}/in",
+        "--http-client-request-timeout=200ms",
+        "--consumer-opt=default_requeue_delay,0",
+    )
+    try:
+        stderr = relay_until_drained(argv, nsqd, "slow")
+    finally:
+        held.set()
+    assert [request.body for request in server.received] == [b"slow", b"slow"]
+    assert "no complete answer within 200ms" in stderr
+
+
+def test_retry_after_defers_the_message_for_that_long(nsqd: Nsqd, server: WebServer) -> None:
+    nsqd.publish(TOPIC, b"later")
+    server.script(Answer(status=429, headers=(("Retry-After", "30"),)))
+    argv = relay_argv(OURS, nsqd, "later", f"--post={server.url}/in")
+    with running(argv) as tool:
+        server.wait_for_requests(1)
+
+        def deferred() -> bool:
+            return nsqd.channel_stats(TOPIC, "later").deferred_count == 1
+
+        wait_until(deferred, 10, "the message deferred")
+        assert len(server.received) == 1  # not sent again before the 30 s
+    assert "requeued for 30s (Retry-After)" in tool.stderr
+
+
+def test_get_succeeds_on_200_only_post_on_any_2xx(nsqd: Nsqd, server: WebServer) -> None:
+    nsqd.create_channels(TOPIC, "get", "post")
+    nsqd.publish(TOPIC, b"one")
+    retry_fast = "--consumer-opt=default_requeue_delay,0"
+    server.script(Answer(status=201))
+    relay_until_drained(relay_argv(OURS, nsqd, "post", f"--post={server.url}/"), nsqd, "post")
+    assert len(server.received) == 1
+    server.script(Answer(status=201))
+    get = relay_argv(OURS, nsqd, "get", f"--get={server.url}/?d=%s", retry_fast)
+    relay_until_drained(get, nsqd, "get")
+    assert len(server.received) == 3  # the GET answered 201 was sent again
+
+
+def test_sample_zero_fins_everything_unsent(nsqd: Nsqd, server: WebServer) -> None:
+    nsqd.publish_many(TOPIC, bodies(100))
+    argv = relay_argv(OURS, nsqd, "none", f"--post={server.url}/", "--sample=0")
+    stderr = relay_until_drained(argv, nsqd, "none")
+    assert server.received == []
+    assert "0 sent, 0 requeued after a failed request, 100 sampled out" in stderr
+
+
+def test_mode_all_sends_each_message_to_every_address(nsqd: Nsqd, server: WebServer) -> None:
+    with WebServer() as other:
+        nsqd.publish_many(TOPIC, bodies(20))
+        argv = relay_argv(
+            OURS, nsqd, "all", f"--post={server.url}/", f"--post={other.url}/", "--mode=all"
+        )
+        relay_until_drained(argv, nsqd, "all")
+        assert posted(server.received) == posted(other.received) == Counter(bodies(20))
+
+
+def test_round_robin_spreads_over_the_addresses(nsqd: Nsqd, server: WebServer) -> None:
+    with WebServer() as other:
+        nsqd.publish_many(TOPIC, bodies(20))
+        argv = relay_argv(
+            OURS, nsqd, "rr", f"--post={server.url}/", f"--post={other.url}/", "--mode=round-robin"
+        )
+        relay_until_drained(argv, nsqd, "rr")
+        assert len(server.received) == len(other.received) == 10
+
+
+def test_batches_post_many_messages_in_one_body(nsqd: Nsqd, server: WebServer) -> None:
+    messages = bodies(100)
+    nsqd.publish_many(TOPIC, messages)
+    argv = relay_argv(OURS, nsqd, "batch", f"--post={server.url}/", "--batch-size=25")
+    relay_until_drained(argv, nsqd, "batch")
+    lines = [line for request in server.received for line in request.body.splitlines()]
+    assert Counter(lines) == Counter(messages)
+    assert len(server.received) < len(messages)
+    assert all(request.body.endswith(b"\n") for request in server.received)
+
+
+def test_status_lines_per_address_and_aggregate(nsqd: Nsqd, server: WebServer) -> None:
+    with WebServer() as other:
+        nsqd.publish_many(TOPIC, bodies(250))
+        argv = relay_argv(
+            OURS,
+            nsqd,
+            "status",
+            f"--post={server.url}/",
+            f"--post={other.url}/",
+            "--mode=round-robin",
+            "--status-every=100",
+        )
+        stderr = relay_until_drained(argv, nsqd, "status")
+    prefixes = Counter(
+        line.split(" ")[2] for line in stderr.splitlines() if " finished 100 - 99th: " in line
+    )
+    assert prefixes == {"[aggregate]:": 2, f"[{server.url}/]:": 1, f"[{other.url}/]:": 1}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--post=http://h/"], "--topic and --channel are required"),
+        (["--topic=t"], "--get or --post required"),
+        (["--topic=t", "--post=http://h/", "--get=http://h/%s"], "use --get or --post not both"),
+        (["--topic=t", "--get=http://h/"], "invalid GET address - must be a printf string"),
+        (["--topic=t", "--get=http://h/%s", "--content-type=a/b"], "only used with --post"),
+        (["--topic=t", "--post=http://h/", "--content-type="], "requires a value when used"),
+        (["--topic=t", "--post=http://h/", "--mode=random"], "--mode 'random' is unknown"),
+        (["--topic=t", "--post=http://h/", "--sample=1.5"], "--sample must be between"),
+        (["--topic=t", "--post=http://h/", "--header=k=v"], "header"),
+        (["--topic=t", "--post=ftp://h/"], "ftp"),
+        (["--topic=t", "--get=http://h/%s", "--batch-size=2"], "--batch-size"),
+        (["--topic=t", "--post=http://h/", "-n", "0"], "-n must be at least 1"),
+    ],
+)
+def test_bad_options_stop_with_one_line(args: list[str], message: str) -> None:
+    argv = [*OURS, "--nsqd-tcp-address=127.0.0.1:1", *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("nsq_to_http: error: ")
+    assert message in result.stderr
