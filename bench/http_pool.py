@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -24,37 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
+from harness import running_nginx
 
 from nsqtools.httpclient.pool import ConnectionPool
 from nsqtools.httpclient.requests import PostTarget
-from nsqtools.testing import wait_until
 
 BODY = b"x" * 100
 GO_SOURCE = Path(__file__).parent / "http_pool_go"
-NGINX_CONF = """
-worker_processes 1;
-daemon off;
-pid {root}/nginx.pid;
-error_log {root}/error.log;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  keepalive_requests 100000000;
-  client_body_temp_path {root};
-  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "ok\\n"; }} }}
-}}
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 async def send_ours(url: str, requests: int, senders: int) -> None:
@@ -85,10 +59,8 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
     options = parser.parse_args()
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     with tempfile.TemporaryDirectory() as folder:
-        root, port = Path(folder), free_port()
-        (root / "nginx.conf").write_text(NGINX_CONF.format(root=root, port=port))
+        root = Path(folder)
         go_bench = root / "go_bench"
         subprocess.run(
             ["go", "build", "-o", str(go_bench), "."],
@@ -96,14 +68,8 @@ def main() -> None:
             check=True,
             env={**os.environ, "GOCACHE": str(root / "gocache"), "GOFLAGS": "-mod=mod"},
         )
-        server = subprocess.Popen([nginx, "-c", str(root / "nginx.conf"), "-p", str(root)])
-        try:
-            wait_until(lambda: listening(port), 10, "nginx")
-            url = f"http://127.0.0.1:{port}/in"
+        with running_nginx(root) as url:
             report(url, go_bench, options.requests, options.senders, options.runs)
-        finally:
-            server.terminate()
-            server.wait()
 
 
 def report(url: str, go_bench: Path, requests: int, senders: int, runs: int) -> None:

@@ -42,20 +42,15 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import httpx
+from harness import TOPIC, ChannelWatch, fill, innermost, wait_for
 
-from nsqtools.httpapi import nsqd as nsqd_api
-from nsqtools.httpapi import send_sync
-from nsqtools.httpapi.nsqd import ChannelStats
 from nsqtools.testing import Nsqd, find_binary
 
-TOPIC = "bench"
-BODY = b"x" * 92  # after an 8-digit index: 100 bytes
 CONTENDERS = ("go", "ours", "bare")
 MODES: dict[str, list[str]] = {"plain": [], "gzip": ["--gzip"]}
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -65,7 +60,6 @@ TOOLS = {
 }
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 SYNC_EVENTS = "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync"
-POLL_SECONDS = 0.02
 SLOWEST_RATE = 2_000  # msg/s: a drain slower than this is stuck, not slow
 STOP_SECONDS = 60.0
 SETTLE_SECONDS = 10.0  # for nsqd to read the FINs a tool sent before it exited
@@ -83,32 +77,6 @@ class Drain:
     requeued: int
     syncs: int
     peak_kib: int
-
-
-class ChannelWatch:
-    """One channel's /stats over a kept-alive connection: cheap enough to poll often."""
-
-    def __init__(self, client: httpx.Client, nsqd: Nsqd, channel: str) -> None:
-        self.client = client
-        self.channel = channel
-        self.call = nsqd_api.stats(nsqd.http_address, TOPIC, channel, include_clients=False)
-
-    def counts(self) -> ChannelStats:
-        return send_sync(self.client, self.call).topic(TOPIC).channel(self.channel)
-
-    def holds(self, count: int) -> bool:
-        return self.counts().depth == count
-
-    def emptied(self) -> bool:
-        return self.counts().depth == 0
-
-    def idle(self) -> bool:
-        return self.counts().in_flight_count == 0
-
-    def waiting(self) -> int:
-        """Messages back in the channel: requeued at once, or deferred."""
-        stats = self.counts()
-        return stats.depth + stats.deferred_count
 
 
 def argv_of(name: str, mode: str, nsqd: Nsqd, channel: str, output: Path) -> list[str]:
@@ -132,37 +100,6 @@ def filesystem_of(path: Path) -> str:
         if inside and len(mount_point) >= len(best):
             best, kind = mount_point, fs_type
     return f"{kind} ({best})"
-
-
-def fill(nsqd: Nsqd, watches: list[ChannelWatch], count: int) -> None:
-    """N messages in every watched channel, waiting until nsqd has copied them all in."""
-    nsqd.create_channels(TOPIC, *(watch.channel for watch in watches))
-    nsqd.publish_many(TOPIC, (b"%08d" % index + BODY for index in range(count)))
-    for watch in watches:
-        wait_for(partial(watch.holds, count), None, STOP_SECONDS, f"{count} in {watch.channel}")
-
-
-def wait_for(
-    condition: Callable[[], bool],
-    process: subprocess.Popen[bytes] | None,
-    timeout: float,
-    what: str,
-) -> None:
-    """Poll until the condition holds; exit if the process ends first or time runs out."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process is not None and process.poll() is not None:
-            sys.exit(f"{what}: the tool exited ({process.returncode}) first")
-        if time.monotonic() > deadline:
-            sys.exit(f"{what}: not done after {timeout:g}s")
-        time.sleep(POLL_SECONDS)
-
-
-def innermost(pid: int) -> int:
-    """The tool under its wrappers (perf, time, py-spy): each one's child, to the last."""
-    while children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        pid = int(children[0])
-    return pid
 
 
 def run_until_emptied(
