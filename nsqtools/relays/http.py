@@ -3,13 +3,15 @@ over kept-alive connections, FIN'd once the endpoint accepted it, requeued if no
 
 An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each message
 (--sample: the others are FIN'd unsent, as Go does), then hands messages to the senders
-through a bounded channel, so the consumer waits while every sender is busy. A sender
+through a channel (holding at most max-in-flight messages, all nsqd sends). A sender
 builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
-settles the message itself: FIN on success (GET: 200; POST: any 2xx), else REQ with
-backoff. A 429 or 503 with Retry-After is requeued for that long (capped by the
-consumer's max requeue delay), so nsqd holds the message while the endpoint asked for
-quiet. Which endpoint: the --mode's host policy (nsqtools.hostpolicy), or every
-endpoint in turn with `all` (a failure at any requeues the message: Go's behaviour).
+settles the message: FIN on success (GET: 200; POST: any 2xx), else REQ with backoff.
+The FINs of the answers that came in one round of the event loop go out together (one
+write per connection, not one per message). A 429 or 503 with Retry-After is requeued
+for that long (capped by the consumer's max requeue delay), so nsqd holds the message
+while the endpoint asked for quiet. Which endpoint: the --mode's host policy
+(nsqtools.hostpolicy), or every endpoint in turn with `all` (a failure at any requeues
+the message: Go's behaviour).
 
 With batch_size > 1 (--post only), up to that many messages of a delivery go as one
 POST, their bodies each followed by a newline (NDJSON when they are JSON), settled
@@ -19,6 +21,7 @@ together.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +30,7 @@ from typing import Self
 
 import trio
 
+from nsqtools.consumer import Batch, answers_gathered
 from nsqtools.hostpolicy import make_policy
 from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
 from nsqtools.httpclient.requests import GetTarget, PostTarget
@@ -110,16 +114,18 @@ class HttpRelay:
             settings.request_timeout,
             max_connections_per_origin=settings.senders,
         )
-        self._send_work, self._receive_work = trio.open_memory_channel[_Work](0)
+        # Unbounded: what accept() hands over is bounded by the consumer's max-in-flight.
+        self._send_work, self._receive_work = trio.open_memory_channel[_Work](math.inf)
         self._unanswered: dict[Delivery, int] = {}  # messages not yet FIN'd or requeued
         self._all_answered = trio.Event()
         self._all_answered.set()
+        self._succeeded: list[tuple[_Work, float]] = []  # to FIN, with how long each took
+        self._fin_due = trio.Event()
         self._nursery_manager = trio.open_nursery()
 
     async def __aenter__(self) -> Self:
         nursery = await self._nursery_manager.__aenter__()
-        for _ in range(self.settings.senders):
-            nursery.start_soon(self._sender, self._receive_work.clone())
+        nursery.start_soon(self._serve)
         return self
 
     async def __aexit__(
@@ -170,6 +176,38 @@ class HttpRelay:
 
     # -- the senders -------------------------------------------------------------------
 
+    async def _serve(self) -> None:
+        """The senders until the work channel closes, with the task that FINs for them."""
+        async with trio.open_nursery() as finishing:
+            finishing.start_soon(self._fin_every_round)
+            async with trio.open_nursery() as senders:
+                for _ in range(self.settings.senders):
+                    senders.start_soon(self._sender, self._receive_work.clone())
+            self._fin_succeeded()
+            finishing.cancel_scope.cancel()
+
+    async def _fin_every_round(self) -> None:
+        while True:
+            await self._fin_due.wait()
+            self._fin_due = trio.Event()
+            await trio.sleep(0)  # let the senders answered in this round add theirs
+            self._fin_succeeded()
+
+    def _fin_succeeded(self) -> None:
+        succeeded, self._succeeded = self._succeeded, []
+        by_batch: dict[Batch, list[Message]] = {}
+        for work, _ in succeeded:
+            by_batch.setdefault(work.delivery.batch, []).extend(work.messages)
+        with answers_gathered(by_batch):
+            for batch, messages in by_batch.items():
+                batch.finish(messages)
+        for work, took in succeeded:
+            count = len(work.messages)
+            self.counts.sent += count
+            self.counts.add_latency(took)
+            self.status.aggregate.record(took, count)
+            self._answered(work)
+
     async def _sender(self, work: trio.MemoryReceiveChannel[_Work]) -> None:
         async with work:
             async for item in work:
@@ -189,7 +227,8 @@ class HttpRelay:
                 self._requeue(work, failure, retry_after)
                 return
             self.status.record_destination(target.address, took, len(work.messages))
-        self._finish(work, trio.current_time() - started)
+        self._succeeded.append((work, trio.current_time() - started))
+        self._fin_due.set()
 
     def _body(self, messages: list[Message]) -> bytes:
         if len(messages) == 1 and self.settings.batch_size == 1:
@@ -223,14 +262,6 @@ class HttpRelay:
             self._policy.mark_failed(index, now)
         else:
             self._policy.mark_success(index, now, took)
-
-    def _finish(self, work: _Work, took: float) -> None:
-        work.delivery.batch.finish(work.messages)
-        count = len(work.messages)
-        self.counts.sent += count
-        self.counts.add_latency(took)
-        self.status.aggregate.record(took, count)
-        self._answered(work)
 
     def _requeue(self, work: _Work, failure: str, retry_after: float | None) -> None:
         count = len(work.messages)
