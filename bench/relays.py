@@ -2,10 +2,12 @@
 
 nsq: N 100-byte messages from one nsqd to a second one by nsq_to_nsq, Go's and ours
 (default flags: --max-in-flight 200, one destination), each from its own channel to its
-own destination topic. http: N messages POSTed one per request to a local nginx that
-answers 200 (bench/harness.py starts it, installing Debian's nginx-light if needed) by
-nsq_to_http, Go's and ours with default flags (-n 100), and ours with --batch-size=100
-beside. Which goes first rotates from run to run.
+own destination topic, and bench/bare_relay.py beside them: the ceiling, a plain
+blocking loop that only receives, MPUBs each read, waits for OK and FINs. http: N
+messages POSTed one per request to a local nginx that answers 200 (bench/harness.py
+starts it, installing Debian's nginx-light if needed) by nsq_to_http, Go's and ours
+with default flags (-n 100), and ours with --batch-size=100 beside. Which goes first
+rotates from run to run.
 
 A run lasts from the start of the program until its channel is drained: nothing left,
 in flight or deferred, which both tools reach only once the destination acknowledged
@@ -49,6 +51,8 @@ def contenders(kind: str) -> dict[str, list[str]]:
     found = {"go": [str(find_binary(program))], "ours": ours(program)}
     if kind == "http":
         found["ours-batched"] = ours(program, "--batch-size=100")
+    else:
+        found["bare"] = [sys.executable, str(CHECKOUT / "bench" / "bare_relay.py")]
     return found
 
 
