@@ -6,10 +6,10 @@ An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each m
 through a channel (holding at most max-in-flight messages, all nsqd sends). A sender
 builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
 settles the message: FIN on success (GET: 200; POST: any 2xx), else REQ with backoff.
-The FINs of the answers that came in one round of the event loop go out together (one
-write per connection, not one per message). A 429 or 503 with Retry-After is requeued
-for that long (capped by the consumer's max requeue delay), so nsqd holds the message
-while the endpoint asked for quiet. Which endpoint: the --mode's host policy
+The FINs go out together: those of up to a quarter of the senders, or of a millisecond
+(one write per nsqd connection, not one per message). A 429 or 503 with Retry-After is
+requeued for that long (capped by the consumer's max requeue delay), so nsqd holds the
+message while the endpoint asked for quiet. Which endpoint: the --mode's host policy
 (nsqtools.hostpolicy), or every endpoint in turn with `all` (a failure at any requeues
 the message: Go's behaviour).
 
@@ -47,6 +47,9 @@ Target = PostTarget | GetTarget
 RETRY_DELAY = 30.0
 MAX_RETRY_DELAY = 900.0
 LATENCY_SAMPLES = 10_000  # kept for the summary's percentiles (a uniform sample)
+# The FINs of successes are gathered for up to this long, or until a quarter of the
+# senders succeeded: one send to nsqd for many, while max-in-flight leaves nsqd room.
+FIN_GATHER_SECONDS = 0.001
 
 
 @dataclass(frozen=True)
@@ -187,8 +190,13 @@ class HttpRelay:
             finishing.cancel_scope.cancel()
 
     async def _fin_every_round(self) -> None:
+        gather = self.settings.senders // 4
         while True:
             await self._fin_due.wait()
+            with trio.move_on_after(FIN_GATHER_SECONDS):
+                while len(self._succeeded) < gather:
+                    self._fin_due = trio.Event()
+                    await self._fin_due.wait()
             self._fin_due = trio.Event()
             await trio.sleep(0)  # let the senders answered in this round add theirs
             self._fin_succeeded()
