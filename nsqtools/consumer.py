@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Self
 
 import trio
@@ -58,21 +58,6 @@ READY_REFRESH_FRACTION = 0.75
 GiveUpHook = Callable[[Message], None]
 # Configuration problems: retrying cannot fix them, so they end the consumer.
 FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse)
-
-
-@contextmanager
-def answers_gathered(batches: Iterable[Batch]) -> Iterator[None]:
-    """The answers (FIN, REQ) to these batches given in the block go to each nsqd in one
-    send once the block ends, not one send each: for a sink that settles many messages
-    one by one at the same moment (nsq_to_http's answers of one event-loop round)."""
-    conns = {batch._link.conn for batch in batches if batch._link.conn is not None}
-    for conn in conns:
-        conn.gather_writes = True
-    try:
-        yield
-    finally:
-        for conn in conns:
-            conn.gather_writes = False
 
 
 class Batch:

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import Consumer, answers_gathered, open_consumer
+from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import AuthError, ConnectError
 from nsqtools.httpapi.nsqd import ChannelStats, ClientStats
 from nsqtools.protocol import Message
@@ -454,24 +454,3 @@ async def test_sample_rate_reaches_nsqd(nsqd: Nsqd) -> None:
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]):
         await wait_for(lambda: bool(channel(nsqd).clients), "subscribed")
         assert channel(nsqd).clients[0].sample_rate == 37
-
-
-async def test_answers_gathered_go_out_together_after_the_block(nsqd: Nsqd) -> None:
-    nsqd.publish_many(TOPIC, [b"one", b"two", b"three"])
-    config = ClientConfig(max_in_flight=3)
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]) as c:
-        batches = []
-        with trio.fail_after(10):
-            async for batch in c:
-                batches.append(batch)
-                if sum(map(len, batches)) == 3:
-                    break
-        with answers_gathered(batches):
-            for batch in batches:
-                for message in batch.messages:
-                    batch.finish([message])
-            conn = batches[0]._link.conn
-            assert conn is not None and len(conn._outgoing) == 3  # held, not sent one by one
-        with trio.fail_after(10):
-            while not await trio.to_thread.run_sync(drained, nsqd):
-                await trio.sleep(0.01)

@@ -7,7 +7,7 @@ through a channel (holding at most max-in-flight messages, all nsqd sends). A se
 builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
 settles the message: FIN on success (GET: 200; POST: any 2xx), else REQ with backoff.
 The FINs go out together: those of up to a quarter of the senders, or of a millisecond
-(one write per nsqd connection, not one per message). A 429 or 503 with Retry-After is
+(one write per batch nsqd sent, not one per message). A 429 or 503 with Retry-After is
 requeued for that long (capped by the consumer's max requeue delay), so nsqd holds the
 message while the endpoint asked for quiet. Which endpoint: the --mode's host policy
 (nsqtools.hostpolicy), or every endpoint in turn with `all` (a failure at any requeues
@@ -30,7 +30,7 @@ from typing import Self
 
 import trio
 
-from nsqtools.consumer import Batch, answers_gathered
+from nsqtools.consumer import Batch
 from nsqtools.hostpolicy import make_policy
 from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
 from nsqtools.httpclient.requests import GetTarget, PostTarget
@@ -206,9 +206,8 @@ class HttpRelay:
         by_batch: dict[Batch, list[Message]] = {}
         for work, _ in succeeded:
             by_batch.setdefault(work.delivery.batch, []).extend(work.messages)
-        with answers_gathered(by_batch):
-            for batch, messages in by_batch.items():
-                batch.finish(messages)
+        for batch, messages in by_batch.items():
+            batch.finish(messages)
         for work, took in succeeded:
             count = len(work.messages)
             self.counts.sent += count

@@ -114,9 +114,6 @@ class Conn:
         self._pending: deque[_Pending] = deque()
         self._outgoing: list[bytes] = []
         self._outgoing_size = 0
-        # While set, write() leaves its bytes to the writer task, which sends everything
-        # written meanwhile at once: many small answers, one send.
-        self.gather_writes = False
         self._sending = False
         self._write_error: BaseException | None = None  # the peer went away under a write
         self._bytes_queued = 0  # every byte ever given to write()
@@ -145,12 +142,7 @@ class Conn:
         if self._closed.is_set() or self._write_error is not None:
             raise self._closed_error()
         self._bytes_queued += len(data)
-        if (
-            self._raw_fd is not None
-            and not self._outgoing
-            and not self._sending
-            and not self.gather_writes
-        ):
+        if self._raw_fd is not None and not self._outgoing and not self._sending:
             # A FIN sent now, not after a hop through the writer task, lets nsqd refill
             # the in-flight window sooner. Errors are left for the writer to report.
             try:
