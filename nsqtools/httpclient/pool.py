@@ -119,7 +119,7 @@ class Connection:
         self.answer_started = False
         self.clean_end = False
         await self.stream.send_all(request.data)
-        first = await self._receive_answer_start()
+        first = await self._receive_some()
         if not first:
             raise _NoAnswer
         self.answer_started = True
@@ -183,14 +183,6 @@ class Connection:
                 return b"".join(chunks)
             else:
                 raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
-
-    async def _receive_answer_start(self) -> bytes:
-        """The first bytes of the answer. The request was just sent, so they are not there
-        yet: on a plain TCP stream, wait until they are, sparing the receive that would
-        only find nothing (a system call per request, on the hot path)."""
-        if isinstance(self.stream, trio.SocketStream):
-            await trio.lowlevel.wait_readable(self.stream.socket)
-        return await self._receive_some()
 
     async def _receive_some(self) -> bytes:
         """What came next; b"" when the connection ended."""
