@@ -71,6 +71,25 @@ async def test_concurrent_senders_share_at_most_the_limit_of_connections(
     assert server.connections == 4
 
 
+async def test_without_a_limit_each_sender_may_have_its_connection(
+    server: WebServer, release: threading.Event
+) -> None:
+    server.script(*[Answer(hold=release)] * 6)
+
+    async def send(pool: ConnectionPool) -> None:
+        assert (await post(pool, server)).status == 200
+
+    async with ConnectionPool(max_connections_per_origin=None) as pool:
+        async with trio.open_nursery() as tasks:
+            for _ in range(6):
+                tasks.start_soon(send, pool)
+            await trio.to_thread.run_sync(server.wait_for_requests, 6)
+            assert server.connections == 6  # all in flight at once
+            release.set()
+        await send(pool)  # and kept alive afterwards
+    assert server.connections == 6
+
+
 async def test_statuses_come_back_as_answers_with_their_headers(server: WebServer) -> None:
     server.script(
         Answer(status=500, body=b"broken"),

@@ -12,7 +12,8 @@ stand-in of the same method, as only the method changes how an answer is framed.
         response.status, response.header("retry-after"), response.body
 
 Per origin, an idle connection is reused (the most recently used first), else a new one
-is opened, at most `max_connections_per_origin` at once (more senders wait their turn).
+is opened, at most `max_connections_per_origin` at once (more senders wait their turn;
+None: no limit, for callers whose own number of senders bounds them).
 A connection is closed, not reused, when either side said `Connection: close`, after
 any failure, and when its answer was not read to the end or came with bytes after it.
 `connect_timeout` bounds the TCP connect, `tls_handshake_timeout` the TLS handshake
@@ -199,9 +200,9 @@ class Connection:
 class _OriginConnections:
     """The idle connections to one origin and the limit on open ones."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int | None) -> None:
         self.idle: list[Connection] = []
-        self.limiter = trio.CapacityLimiter(limit)
+        self.limiter = None if limit is None else trio.CapacityLimiter(limit)
 
 
 class ConnectionPool(trio.abc.AsyncResource):
@@ -211,7 +212,7 @@ class ConnectionPool(trio.abc.AsyncResource):
         self,
         connect_timeout: float = 2.0,
         request_timeout: float = 20.0,
-        max_connections_per_origin: int = 100,
+        max_connections_per_origin: int | None = 100,
         ssl_context: ssl.SSLContext | None = None,
         tls_handshake_timeout: float = 10.0,
     ) -> None:
@@ -230,6 +231,8 @@ class ConnectionPool(trio.abc.AsyncResource):
         # costs less than the context manager around it.
         with trio.CancelScope(deadline=trio.current_time() + self._request_timeout) as scope:
             origin = self._origins[request.origin]
+            if origin.limiter is None:  # the callers bound their connections themselves
+                return await self._send_on(origin, request)
             async with origin.limiter:
                 return await self._send_on(origin, request)
         assert scope.cancelled_caught  # the only way out of the block without a return

@@ -115,7 +115,7 @@ class HttpRelay:
         self._pool = ConnectionPool(
             settings.connect_timeout,
             settings.request_timeout,
-            max_connections_per_origin=settings.senders,
+            max_connections_per_origin=None,  # the senders, one request each, bound them
         )
         # Unbounded: what accept() hands over is bounded by the consumer's max-in-flight.
         self._send_work, self._receive_work = trio.open_memory_channel[_Work](math.inf)
