@@ -196,6 +196,7 @@ def _settings(options: dict[str, Any]) -> ToHttpSettings:
         connect_timeout=options["http_client_connect_timeout"],
         request_timeout=options["http_client_request_timeout"],
         max_requeue_delay=config.max_requeue_delay,
+        max_in_flight=options["max_in_flight"],
         batch_size=options["batch_size"],
     )
     return ToHttpSettings(

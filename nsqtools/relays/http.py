@@ -6,7 +6,7 @@ An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each m
 through a channel (holding at most max-in-flight messages, all nsqd sends). A sender
 builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
 settles the message: FIN on success (GET: 200; POST: any 2xx), else REQ with backoff.
-The FINs go out together: those of up to half the senders, or of 2 ms (one write per
+The FINs go out together: those of up to half the in-flight window, or of 2 ms (one write per
 batch nsqd sent, not one per message; measured: a fifth more messages per second). A
 429 or 503 with Retry-After is requeued for that long (capped by the consumer's max
 requeue delay), so nsqd holds the message while the endpoint asked for quiet. Which
@@ -47,8 +47,9 @@ Target = PostTarget | GetTarget
 RETRY_DELAY = 30.0
 MAX_RETRY_DELAY = 900.0
 LATENCY_SAMPLES = 10_000  # kept for the summary's percentiles (a uniform sample)
-# The FINs of successes are gathered for up to this long, or until half the senders
-# succeeded: one send to nsqd for many, while max-in-flight leaves nsqd room.
+# The FINs of successes are gathered for up to this long, or until half the messages
+# that can be out at once succeeded: one send to nsqd for many, while the rest of the
+# in-flight window keeps the senders busy.
 FIN_GATHER_SECONDS = 0.002
 
 
@@ -61,6 +62,7 @@ class HttpRelaySettings:
     connect_timeout: float
     request_timeout: float
     max_requeue_delay: float  # the consumer's: a Retry-After longer than this is cut
+    max_in_flight: int  # the consumer's
     batch_size: int = 1
 
 
@@ -123,6 +125,7 @@ class HttpRelay:
         self._all_answered = trio.Event()
         self._all_answered.set()
         self._succeeded: list[tuple[_Work, float]] = []  # to FIN, with how long each took
+        self._succeeded_messages = 0
         self._fin_due = trio.Event()
         self._nursery_manager = trio.open_nursery()
 
@@ -190,11 +193,13 @@ class HttpRelay:
             finishing.cancel_scope.cancel()
 
     async def _fin_every_round(self) -> None:
-        gather = self.settings.senders // 2
+        settings = self.settings
+        out_at_once = min(settings.senders * settings.batch_size, settings.max_in_flight)
+        gather = out_at_once // 2
         while True:
             await self._fin_due.wait()
             with trio.move_on_after(FIN_GATHER_SECONDS):
-                while len(self._succeeded) < gather:
+                while self._succeeded_messages < gather:
                     self._fin_due = trio.Event()
                     await self._fin_due.wait()
             self._fin_due = trio.Event()
@@ -203,6 +208,7 @@ class HttpRelay:
 
     def _fin_succeeded(self) -> None:
         succeeded, self._succeeded = self._succeeded, []
+        self._succeeded_messages = 0
         by_batch: dict[Batch, list[Message]] = {}
         for work, _ in succeeded:
             by_batch.setdefault(work.delivery.batch, []).extend(work.messages)
@@ -235,6 +241,7 @@ class HttpRelay:
                 return
             self.status.record_destination(target.address, took, len(work.messages))
         self._succeeded.append((work, trio.current_time() - started))
+        self._succeeded_messages += len(work.messages)
         self._fin_due.set()
 
     def _body(self, messages: list[Message]) -> bytes:
