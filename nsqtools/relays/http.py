@@ -87,7 +87,7 @@ class HttpCounts:
             self.latencies[slot] = seconds
 
 
-@dataclass
+@dataclass(slots=True)
 class _Work:
     """Messages of one delivery sent as one request (one message unless batching)."""
 
@@ -111,8 +111,11 @@ class HttpRelay:
         self.status = status
         self.counts = counts
         self.report = report
-        self._policy = make_policy(
-            settings.mode, len(settings.targets), RETRY_DELAY, MAX_RETRY_DELAY
+        # One address: every mode sends there; no policy to ask, on the hot path.
+        self._policy = (
+            make_policy(settings.mode, len(settings.targets), RETRY_DELAY, MAX_RETRY_DELAY)
+            if len(settings.targets) > 1
+            else None
         )
         self._pool = ConnectionPool(
             settings.connect_timeout,
