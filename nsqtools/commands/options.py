@@ -222,6 +222,45 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
     )
 
 
+def relay_options(receiver: str) -> Callable[[F], F]:
+    """--mode, --max-in-flight and --status-every of Go's relays (nsq_to_nsq,
+    nsq_to_http); `receiver` names what gets the messages ("destination", "address")."""
+    return _stack(
+        click.option(
+            "--mode",
+            default="hostpool",
+            show_default=True,
+            metavar="MODE",
+            help=f"Which {receiver} gets each message: round-robin, hostpool, epsilon-greedy, "
+            f"or all (every {receiver} gets every message).",
+        ),
+        click.option(
+            "--max-in-flight",
+            type=GoInt(min=1),
+            default=200,
+            show_default=True,
+            help="Max number of messages to allow in flight.",
+        ),
+        click.option(
+            "--status-every",
+            type=GoInt(),
+            default=250,
+            show_default=True,
+            help=f"The # of requests between logging status (per {receiver}), 0 disables.",
+        ),
+    )
+
+
+def check_relay_options(options: dict[str, Any]) -> None:
+    """An unknown --mode is an error (Go's relays quietly pick one); --status-every >= 0."""
+    from nsqtools.hostpolicy import MODES
+
+    if options["mode"] not in MODES:
+        fail(f"--mode {options['mode']!r} is unknown: use one of {', '.join(MODES)}")
+    if options["status_every"] < 0:
+        fail("--status-every should not be negative")
+
+
 def logging_options(tool: str) -> Callable[[F], F]:
     return _stack(
         grouped_option(
@@ -263,6 +302,15 @@ def build_config(tool: str, options: dict[str, Any], **fixed: Any) -> Any:
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     return config
+
+
+def passthrough_config(tool: str, options: dict[str, Any], flag: str, **fixed: Any) -> Any:
+    """build_config for a go-nsq passthrough flag (`flag`: "consumer-opt", "producer-opt"),
+    whose bad option, as in Go, is a flag that does not parse (exit 2), named."""
+    try:
+        return build_config(tool, options, **fixed)
+    except click.UsageError as error:
+        raise click.UsageError(f"--{flag}: {error.format_message()}") from None
 
 
 def _first_class_settings(options: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ quietly sends every message to every address: ask for that by name, `all`); a 42
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +30,13 @@ from nsqtools.commands.front import (
 from nsqtools.commands.options import (
     DURATION,
     GoInt,
-    build_config,
+    check_relay_options,
     connection_options,
     consumer_addresses,
     logging_options,
     nsqd_and_lookupd_addresses,
+    passthrough_config,
+    relay_options,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from nsqtools.relays.http import HttpCounts, HttpRelaySettings, Target
 
 TOOL = "nsq_to_http"
-MODES = ("round-robin", "hostpool", "epsilon-greedy", "all")
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
@@ -91,14 +91,6 @@ class ToHttpSettings:
     help="Custom header for HTTP requests (may be given multiple times).",
 )
 @click.option(
-    "--mode",
-    default="hostpool",
-    show_default=True,
-    metavar="MODE",
-    help="Which address gets each message: round-robin, hostpool, epsilon-greedy, or all "
-    "(every address gets every message).",
-)
-@click.option(
     "-n",
     "senders",
     type=GoInt(),
@@ -112,20 +104,6 @@ class ToHttpSettings:
     default=1.0,
     show_default=True,
     help="Fraction of messages to publish (0.0 to 1.0); the others are FIN'd unsent.",
-)
-@click.option(
-    "--max-in-flight",
-    type=GoInt(min=1),
-    default=200,
-    show_default=True,
-    help="Max number of messages to allow in flight.",
-)
-@click.option(
-    "--status-every",
-    type=GoInt(),
-    default=250,
-    show_default=True,
-    help="The # of requests between logging status, 0 disables.",
 )
 @click.option(
     "--http-client-connect-timeout",
@@ -154,6 +132,7 @@ class ToHttpSettings:
     "nsqd TCP address (may be given multiple times).",
     "lookupd HTTP address (may be given multiple times).",
 )
+@relay_options("address")
 @connection_options("consumer-opt")
 @logging_options(TOOL)
 @version_option(TOOL)
@@ -168,7 +147,9 @@ def _settings(options: dict[str, Any]) -> ToHttpSettings:
     from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
     from nsqtools.relays.http import HttpRelaySettings
 
-    config = _config(options)  # first: Go refuses a bad --consumer-opt while parsing flags
+    # First: Go refuses a bad --consumer-opt while parsing flags.
+    max_in_flight = options["max_in_flight"]
+    config = passthrough_config(TOOL, options, "consumer-opt", max_in_flight=max_in_flight)
     if not options["topic"] or not options["channel"]:
         fail("--topic and --channel are required")
     try:
@@ -178,8 +159,7 @@ def _settings(options: dict[str, Any]) -> ToHttpSettings:
         fail(str(error))
     _check_content_type(options)
     nsqd, lookupd = consumer_addresses(options)
-    if options["mode"] not in MODES:
-        fail(f"--mode {options['mode']!r} is unknown: use one of {', '.join(MODES)}")
+    check_relay_options(options)
     if not 0.0 <= options["sample"] <= 1.0:
         fail("--sample must be between 0.0 and 1.0")
     if options["senders"] < 1:
@@ -236,21 +216,10 @@ def _targets(options: dict[str, Any]) -> list[Target]:
         fail(str(error))
 
 
-def _config(options: dict[str, Any]) -> ClientConfig:
-    try:
-        config: ClientConfig = build_config(TOOL, options, max_in_flight=options["max_in_flight"])
-    except click.UsageError as error:  # exit 2: a flag that does not parse, as in Go
-        raise click.UsageError(f"--consumer-opt: {error.format_message()}") from None
-    return config
-
-
 async def to_http(settings: ToHttpSettings) -> None:
     from nsqtools.relays.http import HttpCounts, HttpRelay
-    from nsqtools.relays.status import RelayStatus, go_log_line
+    from nsqtools.relays.status import RelayStatus, go_log_to_stderr
     from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
-
-    def emit(text: str) -> None:
-        sys.stderr.write(go_log_line(text))
 
     consume = ConsumeSettings(
         topics=[settings.topic],
@@ -260,13 +229,13 @@ async def to_http(settings: ToHttpSettings) -> None:
         lookupd_http_addresses=settings.lookupd_http_addresses,
     )
     addresses = [target.address for target in settings.relay.targets]
-    status = RelayStatus(settings.status_every, addresses, emit)
+    status = RelayStatus(settings.status_every, addresses, go_log_to_stderr)
     counts = HttpCounts()
     try:
         async with HttpRelay(settings.relay, status, counts) as relay:
             await run_consumers(consume, lambda topic: relay)
     finally:
-        emit(summary(counts))
+        go_log_to_stderr(summary(counts))
 
 
 def summary(counts: HttpCounts) -> str:

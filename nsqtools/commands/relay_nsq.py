@@ -9,7 +9,6 @@ uses round-robin), and `all` publishes every message to every destination; a bad
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +24,14 @@ from nsqtools.commands.front import (
     version_option,
 )
 from nsqtools.commands.options import (
-    GoInt,
     check_addresses,
+    check_relay_options,
     connection_options,
     consumer_addresses,
     logging_options,
     nsqd_and_lookupd_addresses,
+    passthrough_config,
+    relay_options,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from nsqtools.jsonfilter import JsonFilter
 
 TOOL = "nsq_to_nsq"
-MODES = ("round-robin", "hostpool", "epsilon-greedy", "all")
 
 
 @dataclass
@@ -72,28 +72,6 @@ class RelaySettings:
     help="Use this destination topic for all consumed topics (default: the consumed topic).",
 )
 @click.option(
-    "--mode",
-    default="hostpool",
-    show_default=True,
-    metavar="MODE",
-    help="Which destination gets each message: round-robin, hostpool, epsilon-greedy, "
-    "or all (every destination gets every message).",
-)
-@click.option(
-    "--max-in-flight",
-    type=GoInt(min=1),
-    default=200,
-    show_default=True,
-    help="Max number of messages to allow in flight.",
-)
-@click.option(
-    "--status-every",
-    type=GoInt(),
-    default=250,
-    show_default=True,
-    help="The # of requests between logging status (per destination), 0 disables.",
-)
-@click.option(
     "--require-json-field",
     default="",
     help="For JSON messages: only pass messages that contain this field.",
@@ -120,6 +98,7 @@ class RelaySettings:
     metavar="KEY,VALUE",
     help="go-nsq option for the destination connections (may be given multiple times).",
 )
+@relay_options("destination")
 @connection_options("consumer-opt")
 @logging_options(TOOL)
 @version_option(TOOL)
@@ -134,8 +113,10 @@ def _settings(options: dict[str, Any]) -> RelaySettings:
     from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
 
     # The go-nsq options first: Go refuses a bad one while parsing flags (exit 2).
-    consumer_config = _config(options, "consumer-opt", max_in_flight=options["max_in_flight"])
-    producer_config = _config({"client_options": options["producer_options"]}, "producer-opt")
+    max_in_flight = options["max_in_flight"]
+    consumer_config = passthrough_config(TOOL, options, "consumer-opt", max_in_flight=max_in_flight)
+    producer_options = {"client_options": options["producer_options"]}
+    producer_config = passthrough_config(TOOL, producer_options, "producer-opt")
     topics = list(options["topics"])
     if not topics or not options["channel"]:
         fail("--topic and --channel are required")
@@ -153,10 +134,7 @@ def _settings(options: dict[str, Any]) -> RelaySettings:
     if not destinations:
         fail("--destination-nsqd-tcp-address required")
     check_addresses(destinations, "--destination-nsqd-tcp-address")
-    if options["mode"] not in MODES:
-        fail(f"--mode {options['mode']!r} is unknown: use one of {', '.join(MODES)}")
-    if options["status_every"] < 0:
-        fail("--status-every should not be negative")
+    check_relay_options(options)
     return RelaySettings(
         topics=topics,
         channel=options["channel"],
@@ -172,16 +150,6 @@ def _settings(options: dict[str, Any]) -> RelaySettings:
     )
 
 
-def _config(options: dict[str, Any], flag: str, **fixed: Any) -> ClientConfig:
-    from nsqtools.commands.options import build_config
-
-    try:
-        config: ClientConfig = build_config(TOOL, options, **fixed)
-    except click.UsageError as error:  # exit 2: a flag that does not parse, as in Go
-        raise click.UsageError(f"--{flag}: {error.format_message()}") from None
-    return config
-
-
 def _json_filter(options: dict[str, Any]) -> JsonFilter:
     from nsqtools.jsonfilter import JsonFilter
 
@@ -194,11 +162,8 @@ def _json_filter(options: dict[str, Any]) -> JsonFilter:
 
 async def relay(settings: RelaySettings) -> None:
     from nsqtools.relays.nsq import Relay
-    from nsqtools.relays.status import RelayStatus, go_log_line
+    from nsqtools.relays.status import RelayStatus, go_log_to_stderr
     from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
-
-    def emit(text: str) -> None:
-        sys.stderr.write(go_log_line(text))
 
     consume = ConsumeSettings(
         topics=settings.topics,
@@ -207,7 +172,7 @@ async def relay(settings: RelaySettings) -> None:
         nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
         lookupd_http_addresses=settings.lookupd_http_addresses,
     )
-    status = RelayStatus(settings.status_every, settings.destinations, emit)
+    status = RelayStatus(settings.status_every, settings.destinations, go_log_to_stderr)
     async with Relay(
         settings.destinations,
         settings.destination_topic,
@@ -215,7 +180,7 @@ async def relay(settings: RelaySettings) -> None:
         settings.mode,
         json_filter=settings.json_filter,
         status=status,
-        report=emit,
+        report=go_log_to_stderr,
     ) as relaying:
         await run_consumers(consume, relaying.sink)
 

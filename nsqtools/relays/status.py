@@ -15,6 +15,7 @@ status_every. Go warns when fewer than 100 are asked for.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,9 +23,10 @@ from collections.abc import Callable
 Emit = Callable[[str], None]
 
 
-def go_log_line(text: str) -> str:
-    """`text` as Go's standard logger prints it: the local time, then the text."""
-    return f"{time.strftime('%Y/%m/%d %H:%M:%S')} {text}\n"
+def go_log_to_stderr(text: str) -> None:
+    """`text` on stderr as Go's standard logger prints it (the relays' status lines, and
+    the lines Go's tools print with it): the local time, then the text."""
+    sys.stderr.write(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {text}\n")
 
 
 def percentile(percent: float, ordered: list[float]) -> float:
