@@ -16,11 +16,14 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from nsqtools.config import ClientConfig
 from nsqtools.errors import AuthError, ConnectError, ConnectionClosed, NsqErrorResponse, TlsError
 from nsqtools.httpapi.nsqd import ClientStats
 from nsqtools.protocol import Message, MessageBatch, commands
+from nsqtools.protocol.frames import FrameDecoder
+from nsqtools.protocol.identify import IdentifyResponse
 from nsqtools.testing import Nsqd, TlsFiles
 from nsqtools.transport import Conn, open_connection
 from nsqtools.transport.tls import client_context
@@ -350,3 +353,25 @@ def test_an_unreadable_ca_file_is_a_one_line_tls_error(tmp_path: Path) -> None:
     with pytest.raises(TlsError, match=r"cannot load TLS root CA file .*ca\.pem: ") as raised:
         client_context(root_ca_file=str(not_a_certificate))
     assert "\n" not in str(raised.value)
+
+
+class _ClosedUnderTheReader(trio.abc.ReceiveStream):
+    """A stream that aclose() closed while the reader was between checkpoints: trio
+    then raises ClosedResourceError from the read, not Cancelled."""
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        raise trio.ClosedResourceError("this socket was already closed")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_stream_closed_under_the_reader_ends_the_connection_quietly() -> None:
+    left, _ = trio.testing.memory_stream_pair()
+    stream = trio.StapledStream(left.send_stream, _ClosedUnderTheReader())
+    conn = Conn(
+        stream, FrameDecoder(), "test:4150", ClientConfig(), IdentifyResponse(), None, None, None
+    )
+    with trio.fail_after(5):
+        await conn._run()  # no ClosedResourceError out of the connection's tasks
+    assert conn.closed and conn.error is None

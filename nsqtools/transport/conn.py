@@ -229,6 +229,10 @@ class Conn:
                 f"{self.address} sent nothing for {format_duration(silence_limit)}, "
                 "two heartbeat_intervals: connection presumed dead"
             )
+        except trio.ClosedResourceError:
+            # aclose() closed the stream while this task was between checkpoints, before
+            # the cancellation that comes with it reached here: the end was asked for.
+            self._end(None)
         except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
             self._end(error)
 
@@ -285,6 +289,8 @@ class Conn:
                 self._sending = False
                 self._progress.set()
                 self._progress = trio.Event()
+        except trio.ClosedResourceError:
+            self._end(None)  # as in _read_loop: aclose() closed the stream under a send
         except (trio.BrokenResourceError, OSError) as error:
             await self._let_reader_finish(error)
         except (ProtocolError, NsqError) as error:
