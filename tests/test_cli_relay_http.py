@@ -17,6 +17,7 @@ import pytest
 
 from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
 from nsqtools.testing.webserver import Answer, Received, WebServer
+from tests.conftest import DURABLE, LocalNsq
 
 OURS = our_tool("nsq_to_http")
 TOPIC = "web"
@@ -223,6 +224,30 @@ def test_status_lines_per_address_and_aggregate(nsqd: Nsqd, server: WebServer) -
         line.split(" ")[2] for line in stderr.splitlines() if " finished 100 - 99th: " in line
     )
     assert prefixes == {"[aggregate]:": 2, f"[{server.url}/]:": 1, f"[{other.url}/]:": 1}
+
+
+def test_the_source_frozen_then_restarted_loses_nothing(
+    durable_nsq: LocalNsq, server: WebServer
+) -> None:
+    """The source nsqd frozen (SIGSTOP) a while, then stopped and started again: every
+    message reaches the endpoint at least once and the channel drains."""
+    source = durable_nsq.nsqd("source", extra_args=DURABLE)
+    messages = bodies(3000)
+    source.publish_many(TOPIC, messages)
+    argv = relay_argv(OURS, source, "faults", f"--post={server.url}/")
+    with running(argv) as tool:
+        server.wait_for_requests(500)
+        with source.frozen():
+            # nsqd silent (its stats cannot be read either): the relay posts at most the
+            # window it held, and keeps running.
+            seen = len(server.received)
+            wait_until(lambda: tool.process.poll() is None, 10, "still running")
+            assert len(server.received) <= seen + 200
+        server.wait_for_requests(1500, timeout=30)
+        source.restart()
+        wait_until(lambda: source.drained(TOPIC, "faults"), 60, "the source drained")
+    assert set(posted(server.received)) == set(messages)
+    assert "Traceback" not in tool.stderr
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
+from nsqtools.testing import LinkProxy, Nsqd, find_binary, our_tool, running, wait_until
 from tests.conftest import DURABLE, LocalNsq
 
 OURS = our_tool("nsq_to_nsq")
@@ -39,10 +39,10 @@ def relay_with(
     ]
 
 
-def relay_until_drained(argv: list[str], source: Nsqd, channel: str) -> str:
+def relay_until_drained(argv: list[str], source: Nsqd, channel: str, timeout: float = 30) -> str:
     """Run the relay until the source channel is drained; its stderr."""
     with running(argv) as tool:
-        wait_until(lambda: source.drained(TOPIC, channel), 30, f"{channel} drained")
+        wait_until(lambda: source.drained(TOPIC, channel), timeout, f"{channel} drained")
     return tool.stderr
 
 
@@ -167,6 +167,57 @@ def test_a_destination_killed_and_restarted_loses_nothing(
         destination.kill()
         destination.start()
         wait_until(lambda: nsqd.drained(TOPIC, "relay"), 120, "the source drained")
+    assert destination.missing(TOPIC, set(messages)) == set()
+
+
+def holds_a_full_window(nsqd: Nsqd, channel: str, window: int) -> bool:
+    """The relay holds `window` messages unanswered: it waits on its destination."""
+    return nsqd.channel_stats(TOPIC, channel).in_flight_count == window
+
+
+def test_a_frozen_destination_holds_the_relay_and_loses_nothing(
+    nsqd: Nsqd, destination: Nsqd
+) -> None:
+    messages = bodies(5000)
+    nsqd.publish_many(TOPIC, messages)
+    argv = relay_with(OURS, nsqd, destination, "frozen", "--max-in-flight=100")
+    with running(argv) as tool:
+        wait_until(lambda: topic_depth(destination, TOPIC) >= 500, 30, "500 relayed")
+        with destination.frozen():
+            # Nothing acknowledged, so nothing FIN'd: the window fills and stays full.
+            wait_until(lambda: holds_a_full_window(nsqd, "frozen", 100), 30, "a full window")
+        wait_until(lambda: nsqd.drained(TOPIC, "frozen"), 60, "the source drained")
+    assert destination.missing(TOPIC, set(messages)) == set()
+    assert "Traceback" not in tool.stderr
+
+
+def test_the_source_restarted_loses_nothing(durable_nsq: LocalNsq, destination: Nsqd) -> None:
+    """The relay reconnects to a source nsqd that went away, and gets what it held in
+    flight again. (A clean stop: a kill -9 loses nsqd's own in-flight messages, whatever
+    the client; the destination's kill is tested above.)"""
+    source = durable_nsq.nsqd("source", extra_args=DURABLE)
+    messages = bodies(20_000)
+    source.publish_many(TOPIC, messages)
+    argv = relay_with(OURS, source, destination, "restarted", "--max-in-flight=500")
+    with running(argv):
+        wait_until(lambda: topic_depth(destination, TOPIC) >= 5000, 60, "5000 relayed")
+        source.restart()
+        wait_until(lambda: source.drained(TOPIC, "restarted"), 120, "the source drained")
+    assert destination.missing(TOPIC, set(messages)) == set()
+
+
+def test_a_slow_link_to_the_destination_loses_nothing(nsqd: Nsqd, destination: Nsqd) -> None:
+    messages = bodies(20_000)  # 20k x ~26 B of MPUB: about 3 s at 200 KB/s
+    nsqd.publish_many(TOPIC, messages)
+    with LinkProxy(destination.tcp_address, upstream_rate=200_000) as proxy:
+        argv = [
+            *OURS,
+            f"--nsqd-tcp-address={nsqd.tcp_address}",
+            f"--topic={TOPIC}",
+            "--channel=slow",
+            f"--destination-nsqd-tcp-address={proxy.address}",
+        ]
+        relay_until_drained(argv, nsqd, "slow", timeout=120)
     assert destination.missing(TOPIC, set(messages)) == set()
 
 
