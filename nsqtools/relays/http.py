@@ -152,7 +152,7 @@ class HttpRelay:
     # -- the runtime's side ------------------------------------------------------------
 
     async def accept(self, delivery: Delivery) -> None:
-        """Hand the delivery's messages to the senders; waits while all are busy."""
+        """Hand the delivery's messages to the senders (at once: the channel holds them)."""
         messages = self._sampled(delivery)
         if not messages:
             delivery.done()
