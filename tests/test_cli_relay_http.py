@@ -245,7 +245,7 @@ def test_the_source_frozen_then_restarted_loses_nothing(
             assert len(server.received) <= seen + 200
         server.wait_for_requests(1500, timeout=30)
         source.restart()
-        wait_until(lambda: source.drained(TOPIC, "faults"), 60, "the source drained")
+        wait_until(lambda: source.emptied(TOPIC, "faults"), 60, "the source drained")
     assert set(posted(server.received)) == set(messages)
     assert "Traceback" not in tool.stderr
 

@@ -371,6 +371,15 @@ class Nsqd(NsqProcess):
             return False
         return stats.message_count > 0 and stats.depth == 0 and stats.in_flight_count == 0
 
+    def emptied(self, topic: str, channel: str) -> bool:
+        """The channel exists and holds nothing: none waiting, in flight or deferred.
+        (After a restart its message_count starts again from 0: drained() cannot tell.)"""
+        try:
+            stats = self.channel_stats(topic, channel)
+        except KeyError:
+            return False
+        return stats.depth == stats.in_flight_count == stats.deferred_count == 0
+
     def read(
         self, topic: str, count: int, channel: str = "check", timeout: float = 60
     ) -> list[bytes]:
