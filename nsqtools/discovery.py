@@ -13,7 +13,7 @@ message is one short line naming the nsqlookupd.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 import httpx
@@ -23,6 +23,9 @@ from nsqtools.httpapi import Call, HttpApiError, lookupd, send
 from nsqtools.httpapi.lookupd import NsqdNode, RegisteredNsqd
 
 T = TypeVar("T")
+N = TypeVar("N", bound=NsqdNode)
+
+_TIMEOUT_OPTION = "lookupd_poll_timeout"  # the setting a lookupd's timeout comes from
 
 # Discovery's failures are the HTTP client's; the name says where they come from.
 DiscoveryError = HttpApiError
@@ -35,6 +38,8 @@ __all__ = [
     "lookup_all",
     "lookup_topics_all",
     "nodes",
+    "nodes_all",
+    "send_each",
     "topics",
 ]
 
@@ -52,11 +57,8 @@ async def lookup_all(
     All lookupds are asked at once; the first to list an nsqd (in the order of
     `lookupds`) gives its record, and the result keeps that order.
     """
-    answers, errors = await _ask_each(lookupds, lambda address: lookup(client, address, topic))
-    merged: dict[str, NsqdNode] = {}
-    for node in (node for found in answers for node in found):
-        merged.setdefault(node.tcp_address, node)
-    return list(merged.values()), errors
+    answers, errors = await _ask_each(client, [lookupd.lookup(a, topic) for a in lookupds])
+    return _merged(answers), errors
 
 
 async def topics(client: httpx.AsyncClient, address: str) -> list[str]:
@@ -68,7 +70,7 @@ async def lookup_topics_all(
     client: httpx.AsyncClient, lookupds: Sequence[str]
 ) -> tuple[list[str], list[DiscoveryError]]:
     """The sorted union of every lookupd's topics, and the failures."""
-    answers, errors = await _ask_each(lookupds, lambda address: topics(client, address))
+    answers, errors = await _ask_each(client, [lookupd.topics(address) for address in lookupds])
     return sorted({topic for found in answers for topic in found}), errors
 
 
@@ -82,25 +84,53 @@ async def nodes(client: httpx.AsyncClient, address: str) -> list[RegisteredNsqd]
     return await _ask(client, lookupd.nodes(address))
 
 
+async def nodes_all(
+    client: httpx.AsyncClient, lookupds: Sequence[str]
+) -> tuple[list[RegisteredNsqd], list[DiscoveryError]]:
+    """Every nsqd registered with any lookupd, merged as lookup_all merges, and the failures."""
+    answers, errors = await _ask_each(client, [lookupd.nodes(address) for address in lookupds])
+    return _merged(answers), errors
+
+
+def _merged(answers: list[list[N]]) -> list[N]:
+    """The nodes of every answer, each nsqd once (its first record), in answer order."""
+    merged: dict[str, N] = {}
+    for node in (node for found in answers for node in found):
+        merged.setdefault(node.tcp_address, node)
+    return list(merged.values())
+
+
+async def send_each(
+    client: httpx.AsyncClient, calls: Sequence[Call[T]], *, timeout_option: str = ""
+) -> list[T | HttpApiError]:
+    """Send every call at once; each one's answer, or its failure, in the calls' order:
+    one server down never hides what the others said (the cluster's nsqds are polled
+    the same way)."""
+    results: dict[int, T | HttpApiError] = {}
+
+    async def send_one(index: int) -> None:
+        try:
+            answer: T | HttpApiError = await send(
+                client, calls[index], timeout_option=timeout_option
+            )
+        except HttpApiError as error:
+            answer = error
+        results[index] = answer
+
+    async with trio.open_nursery() as nursery:
+        for index in range(len(calls)):
+            nursery.start_soon(send_one, index)
+    return [results[index] for index in range(len(calls))]
+
+
 async def _ask(client: httpx.AsyncClient, call: Call[T]) -> T:
-    return await send(client, call, timeout_option="lookupd_poll_timeout")
+    return await send(client, call, timeout_option=_TIMEOUT_OPTION)
 
 
 async def _ask_each(
-    addresses: Sequence[str], ask: Callable[[str], Awaitable[T]]
+    client: httpx.AsyncClient, calls: Sequence[Call[T]]
 ) -> tuple[list[T], list[DiscoveryError]]:
-    """Ask every address concurrently; answers and failures, each in address order."""
-    results: dict[int, T | DiscoveryError] = {}
-
-    async def ask_one(index: int, address: str) -> None:
-        try:
-            results[index] = await ask(address)
-        except DiscoveryError as exc:
-            results[index] = exc
-
-    async with trio.open_nursery() as nursery:
-        for index, address in enumerate(addresses):
-            nursery.start_soon(ask_one, index, address)
-    ordered = [results[index] for index in range(len(addresses))]
-    errors = [result for result in ordered if isinstance(result, DiscoveryError)]
-    return [result for result in ordered if not isinstance(result, DiscoveryError)], errors
+    """Every call at once; the answers and the failures, each in the calls' order."""
+    results = await send_each(client, calls, timeout_option=_TIMEOUT_OPTION)
+    errors = [result for result in results if isinstance(result, DiscoveryError)]
+    return [result for result in results if not isinstance(result, DiscoveryError)], errors

@@ -1,10 +1,10 @@
 """Options every command shares, defined once, and the settings they build.
 
-Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_LOOKUPD_HTTP_ADDRESS, which an address
-flag of either kind replaces), integers read as Go reads them, the go-nsq
-`--consumer-opt`/`--producer-opt` passthrough, first-class TLS, compression and AUTH
-options (the secret also from NSQ_AUTH_SECRET or a file, so it never shows in `ps`), and
-logging. First-class options win over the passthrough, which wins over defaults.
+Addresses (also from NSQ_NSQD_TCP_ADDRESS / NSQ_NSQD_HTTP_ADDRESS /
+NSQ_LOOKUPD_HTTP_ADDRESS, which an address flag of any kind replaces), integers read as
+Go reads them, the go-nsq `--consumer-opt`/`--producer-opt` passthrough, first-class TLS,
+compression and AUTH options (the secret also from NSQ_AUTH_SECRET or a file, so it never
+shows in `ps`), and logging. First-class options win over the passthrough, which wins over defaults.
 """
 
 from __future__ import annotations
@@ -109,12 +109,12 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-ADDRESS_PARAMS = frozenset({"nsqd_tcp_addresses", "lookupd_http_addresses"})
+ADDRESS_PARAMS = frozenset({"nsqd_tcp_addresses", "nsqd_http_addresses", "lookupd_http_addresses"})
 
 
 class AddressOption(click.Option):
     """An address option whose environment variable counts only when no address flag of
-    either kind is given: NSQ_NSQD_TCP_ADDRESS must not clash with --lookupd-http-address
+    any kind is given: NSQ_NSQD_TCP_ADDRESS must not clash with --lookupd-http-address
     (nor NSQ_LOOKUPD_HTTP_ADDRESS with --nsqd-tcp-address), as Go reads no environment."""
 
     def consume_value(
@@ -138,18 +138,36 @@ def nsqd_addresses(help_text: str) -> Callable[[F], F]:
     )
 
 
+def lookupd_addresses(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--lookupd-http-address",
+        "lookupd_http_addresses",
+        cls=AddressOption,
+        multiple=True,
+        envvar="NSQ_LOOKUPD_HTTP_ADDRESS",
+        metavar="HOST:PORT",
+        help=help_text,
+    )
+
+
 def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
+    return _stack(nsqd_addresses(nsqd_help), lookupd_addresses(lookupd_help))
+
+
+def nsqd_http_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
+    """The addresses of the commands that speak to nsqd's HTTP API (nsq_stat, the
+    inspection and admin commands)."""
     return _stack(
-        nsqd_addresses(nsqd_help),
         click.option(
-            "--lookupd-http-address",
-            "lookupd_http_addresses",
+            "--nsqd-http-address",
+            "nsqd_http_addresses",
             cls=AddressOption,
             multiple=True,
-            envvar="NSQ_LOOKUPD_HTTP_ADDRESS",
+            envvar="NSQ_NSQD_HTTP_ADDRESS",
             metavar="HOST:PORT",
-            help=lookupd_help,
+            help=nsqd_help,
         ),
+        lookupd_addresses(lookupd_help),
     )
 
 
