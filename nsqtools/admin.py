@@ -85,10 +85,6 @@ class Plan:
     # Lookupds that could not say which nsqds have the topic: the plan may miss some.
     failures: tuple[HttpApiError, ...] = ()
 
-    @property
-    def calls(self) -> list[Call[None]]:
-        return [call for step in self.steps for call in step]
-
 
 class Result(Enum):
     OK = "ok"

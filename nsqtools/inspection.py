@@ -287,7 +287,7 @@ def _node_row(node: NodeStats, registered: RegisteredNsqd | None) -> NodeRow:
 
 
 class View(Protocol):
-    failures: tuple[HttpApiError, ...]
+    """A view that rates can be added to (all but NodesView)."""
 
     def measured(self: V, before: V, elapsed: float) -> V:
         """This view with the message rates since `before`, taken `elapsed` s earlier."""

@@ -136,6 +136,7 @@ def test_on_a_terminal_a_destructive_action_shows_its_plan_and_asks(cluster2: Cl
         f"POST /channel/delete to nsqd {nsqds}\n"
         "Delete channel live of topic events? [y/N]: "
     )
+    assert accepted.stdout.startswith("result ")
     assert channels_of(first) == channels_of(second) == ["archive"]
 
 

@@ -52,10 +52,11 @@ if TYPE_CHECKING:
         TopicRow,
         TopicsView,
         TopicView,
+        View,
     )
 
 F = TypeVar("F", bound=Callable[..., Any])
-V = TypeVar("V")
+V = TypeVar("V", bound="View")
 
 TOTAL = "total"
 
@@ -79,13 +80,12 @@ def _gather(
     cluster = cluster_from(options)
     interval = options.get("interval")
 
-    async def job(client: httpx.AsyncClient) -> Any:
+    async def job(client: httpx.AsyncClient) -> V:
         if interval is None:
             return await gather(client, cluster)
         return await measured(lambda: gather(client, cluster), interval)
 
-    result: V = with_client(options, job)
-    return result
+    return with_client(options, job)
 
 
 # -- nsq topics ------------------------------------------------------------------------
@@ -187,7 +187,8 @@ def nodes_command(**options: Any) -> None:
     """
     from nsqtools.inspection import gather_nodes
 
-    view = _gather(options, gather_nodes)
+    cluster = cluster_from(options)
+    view = with_client(options, lambda client: gather_nodes(client, cluster))
     if options["as_json"]:
         print_json(nodes_json(view))
     else:
