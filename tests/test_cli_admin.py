@@ -317,6 +317,12 @@ def test_tombstone_of_an_nsqd_the_lookupd_does_not_list_is_an_error(cluster2: Cl
         f"nsq: error: cannot tombstone topic other on nsqd {first.http_address}: "
         "that nsqd does not produce the topic\n"
     )
+    without_lookupd = nsq(
+        "tombstone", TOPIC, first.http_address, "--yes", f"--nsqd-http-address={first.http_address}"
+    )
+    assert without_lookupd.stderr == (
+        "nsq: error: a tombstone is kept by nsqlookupd: give --lookupd-http-address\n"
+    )
     assert TOPIC in topics_of(first) and "other" in topics_of(second)
 
 
