@@ -1,8 +1,9 @@
 """The command-line front: the umbrella `nsq` command and one module per tool.
 
 Each tool is installed under its Go name (nsq_tail, to_nsq, ...) and as a subcommand
-of `nsq` (nsq tail, nsq pub, ...). Subcommands are imported only when used, so
-`nsq --help` and `nsq --version` stay fast.
+of `nsq` (nsq tail, nsq pub, ...). nsqtools' own commands, which no Go tool has
+(nsqadmin's views and actions: nsq topics, nsq delete, ...), are subcommands only.
+Subcommands are imported only when used, so `nsq --help` and `nsq --version` stay fast.
 """
 
 from __future__ import annotations
@@ -20,21 +21,40 @@ SUBCOMMANDS = {
     "to-nsq": ("nsqtools.commands.relay_nsq", "nsq_to_nsq"),
 }
 
+_INSPECT, _ADMIN = "nsqtools.commands.inspect", "nsqtools.commands.admin"
+# subcommand → (module, the command's name in it), for commands no Go tool has
+OWN_SUBCOMMANDS = {
+    "topics": (_INSPECT, "topics_command"),
+    "channels": (_INSPECT, "channels_command"),
+    "nodes": (_INSPECT, "nodes_command"),
+    "topic": (_INSPECT, "topic_command"),
+    "channel": (_INSPECT, "channel_command"),
+    "create": (_ADMIN, "create_command"),
+    "delete": (_ADMIN, "delete_command"),
+    "empty": (_ADMIN, "empty_command"),
+    "pause": (_ADMIN, "pause_command"),
+    "unpause": (_ADMIN, "unpause_command"),
+    "tombstone": (_ADMIN, "tombstone_command"),
+}
+
 
 class LazyGroup(click.Group):
     """A group that imports a subcommand's module only when that subcommand is used, and
     lists each command with the Go tool it replaces."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*SUBCOMMANDS, *self.commands])
+        return sorted([*SUBCOMMANDS, *OWN_SUBCOMMANDS, *self.commands])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in SUBCOMMANDS:
+        if name in SUBCOMMANDS:
+            module, attribute = SUBCOMMANDS[name][0], "command"
+        elif name in OWN_SUBCOMMANDS:
+            module, attribute = OWN_SUBCOMMANDS[name]
+        else:
             return super().get_command(ctx, name)
         import importlib
 
-        module = importlib.import_module(SUBCOMMANDS[name][0])
-        command: click.Command = module.command
+        command: click.Command = getattr(importlib.import_module(module), attribute)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -60,9 +80,10 @@ class LazyGroup(click.Group):
 def group(ctx: click.Context) -> None:
     """nsqtools: command-line tools for NSQ.
 
-    Each command is a drop-in replacement for one of NSQ's Go utilities, named before
-    its summary below, with the same flags (Go's -flag=value syntax included), defaults
-    and output, and is installed under that Go name too.
+    A command with a Go name before its summary below is a drop-in replacement for
+    that one of NSQ's Go utilities, with the same flags (Go's -flag=value syntax
+    included), defaults and output, and is installed under that Go name too. The
+    others show and administer a cluster as nsqadmin does, in a terminal.
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())

@@ -25,7 +25,7 @@ from click.shell_completion import BashComplete, FishComplete, ShellComplete, Zs
 
 from nsqtools import __version__
 from nsqtools.checkout import source_checkout
-from nsqtools.commands import SUBCOMMANDS, group
+from nsqtools.commands import OWN_SUBCOMMANDS, SUBCOMMANDS, group
 from nsqtools.commands.front import EXIT_FAILURE, EXIT_USAGE, GoFlagsCommand
 from nsqtools.commands.options import AddressOption
 
@@ -220,13 +220,16 @@ def man_page(program: Program, everything: Sequence[Program]) -> str:
     ctx = click.Context(command, info_name=program.name, **command.context_settings)
     tools = [other for other in everything if other.subcommand is not None]
     umbrella = isinstance(command, click.Group)
-    commands = [command, *(tool.command for tool in tools)] if umbrella else [command]
+    own = own_commands() if umbrella else {}
+    commands = (
+        [command, *(tool.command for tool in tools), *own.values()] if umbrella else [command]
+    )
     lines = [
         Request(f'.TH {program.name.upper()} 1 "" "nsqtools {__version__}" "User Commands"'),
         *_section("NAME", [f"{escape(program.name)} \\- {escape(_summary(command))}"]),
         *_section("SYNOPSIS", _synopsis(program, ctx)),
         *_section("DESCRIPTION", _description(program)),
-        *(_section("COMMANDS", _commands(tools)) if umbrella else []),
+        *(_section("COMMANDS", _commands(tools, own)) if umbrella else []),
         *_section("OPTIONS", _options(command, ctx)),
         *_section("ENVIRONMENT", _environment(commands)),
         *_section("EXIT STATUS", _exit_status()),
@@ -253,17 +256,30 @@ def _description(program: Program) -> list[str]:
     return _joined(texts, PP)
 
 
-def _commands(tools: Sequence[Program]) -> list[str]:
+def own_commands() -> dict[str, click.Command]:
+    """nsqtools' own subcommands (no Go tool has them: no page of their own), by name."""
+    return {
+        name: getattr(importlib.import_module(module), attribute)
+        for name, (module, attribute) in OWN_SUBCOMMANDS.items()
+    }
+
+
+def _commands(tools: Sequence[Program], own: dict[str, click.Command]) -> list[str]:
+    """Every subcommand by name: a Go tool's with its page, nsqtools' own with its summary."""
+    entries = {str(tool.subcommand): _tool_entry(tool) for tool in tools}
+    entries |= {name: f"{escape(_summary(command))}." for name, command in own.items()}
     lines: list[str] = []
-    for tool in sorted(tools, key=lambda tool: str(tool.subcommand)):
-        replaces = (
-            f"Replaces NSQ's Go {bold(tool.name)}, and is installed under that name too: "
-            f"{bold(tool.name)}(1)."
-        )
-        lines += _item(
-            bold(f"nsq {tool.subcommand}"), [f"{escape(_summary(tool.command))}. {replaces}"]
-        )
+    for name, entry in sorted(entries.items()):
+        lines += _item(bold(f"nsq {name}"), [entry])
     return lines
+
+
+def _tool_entry(tool: Program) -> str:
+    replaces = (
+        f"Replaces NSQ's Go {bold(tool.name)}, and is installed under that name too: "
+        f"{bold(tool.name)}(1)."
+    )
+    return f"{escape(_summary(tool.command))}. {replaces}"
 
 
 def _options(command: click.Command, ctx: click.Context) -> list[str]:

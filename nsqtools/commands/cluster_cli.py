@@ -1,0 +1,198 @@
+"""What the inspection and admin commands (`nsq topics` ... `nsq tombstone`) share: the
+cluster's addresses and --http-timeout, running one job with an HTTP client, names
+checked, --json's one document, and tables: rich on a terminal, aligned plain text
+otherwise (one line per row, deterministic, for grep and awk).
+
+Heavy imports (rich, httpx, trio) wait until a command runs, so `nsq --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from nsqtools.commands.front import fail
+from nsqtools.commands.options import DURATION, check_addresses, nsqd_http_and_lookupd_addresses
+
+if TYPE_CHECKING:
+    import httpx
+    from rich.console import Console
+
+    from nsqtools.cluster import Cluster
+    from nsqtools.httpapi import HttpApiError
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+HTTP_TIMEOUT_OPTION = "--http-timeout"
+
+
+def cluster_options(function: F) -> F:
+    """The addresses of the nsqds and lookupds to ask, and how long to wait for each."""
+    addresses = nsqd_http_and_lookupd_addresses(
+        "nsqd HTTP address (may be given multiple times); instead of the nsqds the lookupds know.",
+        "nsqlookupd HTTP address (may be given multiple times).",
+    )
+    timeout = click.option(
+        HTTP_TIMEOUT_OPTION,
+        "http_timeout",
+        type=DURATION,
+        default="5s",
+        show_default=True,
+        help="How long to wait for each nsqd's or nsqlookupd's answer.",
+    )
+    return addresses(timeout(function))
+
+
+def json_option(function: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document (for scripts)."
+    )(function)
+
+
+def cluster_from(options: dict[str, Any]) -> Cluster:
+    """The cluster the addresses given name; none given is an error."""
+    from nsqtools.cluster import Cluster
+
+    nsqds, lookupds = options["nsqd_http_addresses"], options["lookupd_http_addresses"]
+    if not nsqds and not lookupds:
+        fail(
+            "--nsqd-http-address or --lookupd-http-address is required "
+            "(or set NSQ_NSQD_HTTP_ADDRESS or NSQ_LOOKUPD_HTTP_ADDRESS)"
+        )
+    check_addresses(nsqds, "--nsqd-http-address")
+    check_addresses(lookupds, "--lookupd-http-address")
+    return Cluster(tuple(nsqds), tuple(lookupds))
+
+
+def check_names(topic: str, channel: str = "") -> None:
+    from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
+
+    try:
+        check_topic(topic)
+        if channel:
+            check_channel(channel)
+    except LocalProtocolError as error:
+        fail(str(error))
+
+
+def with_client(options: dict[str, Any], job: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
+    """Run the job on trio with an HTTP client that waits --http-timeout per request."""
+    import httpx
+    import trio
+
+    async def main() -> T:
+        async with httpx.AsyncClient(timeout=options["http_timeout"]) as client:
+            return await job(client)
+
+    return trio.run(main)
+
+
+def fail_on(failures: Sequence[HttpApiError]) -> None:
+    """Exit 1 naming every node that could not be asked, after what the others said."""
+    if failures:
+        fail("; ".join(str(failure) for failure in failures))
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def print_json(document: Any) -> None:
+    click.echo(json.dumps(document, indent=2, sort_keys=True))
+
+
+def failure_json(failure: HttpApiError) -> dict[str, str]:
+    return {"server": failure.server, "address": failure.address, "error": failure.reason}
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    numeric: bool = False  # right-aligned
+
+
+@dataclass
+class Table:
+    """Rows of text under headers; `style` (rich's) colours a row on a terminal."""
+
+    columns: Sequence[Column]
+    title: str = ""
+    rows: list[tuple[list[str], str]] = field(default_factory=list)
+
+    def add(self, cells: Sequence[str], style: str = "") -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns")
+        self.rows.append((list(cells), style))
+
+
+def new_console() -> Console:
+    from rich.console import Console
+
+    return Console()
+
+
+def print_tables(console: Console, tables: Sequence[Table]) -> None:
+    """Rich tables on a terminal; else each title, header and row as one aligned line,
+    a blank line between tables."""
+    for index, table in enumerate(tables):
+        if console.is_terminal:
+            console.print(_rich_table(table))
+            continue
+        if index:
+            console.out("")
+        for line in plain_lines(table):
+            console.out(line, highlight=False)
+
+
+def plain_lines(table: Table) -> list[str]:
+    lines = [[column.header for column in table.columns], *(cells for cells, _ in table.rows)]
+    widths = [max(len(line[index]) for line in lines) for index in range(len(table.columns))]
+    aligned = [
+        "  ".join(
+            cell.rjust(width) if column.numeric else cell.ljust(width)
+            for cell, width, column in zip(line, widths, table.columns, strict=True)
+        ).rstrip()
+        for line in lines
+    ]
+    return [table.title, *aligned] if table.title else aligned
+
+
+def _rich_table(table: Table) -> Any:
+    from rich import box
+    from rich.table import Table as RichTable
+
+    rich_table = RichTable(
+        title=table.title or None, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD
+    )
+    for column in table.columns:
+        rich_table.add_column(column.header, justify="right" if column.numeric else "left")
+    for cells, style in table.rows:
+        rich_table.add_row(*cells, style=style or None)
+    return rich_table
+
+
+# -- cells -------------------------------------------------------------------------------
+
+
+def rate_cell(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.1f}"
+
+
+def flag_cell(value: bool) -> str:
+    return "yes" if value else ""
+
+
+def nanoseconds_cell(value: float) -> str:
+    """A latency as Go prints a duration, to 3 significant digits: 850ns, 1.25ms, 2.5s."""
+    for unit, size in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}ns"
+
+
+def percentile_header(quantile: float) -> str:
+    return f"p{quantile * 100:g}"
