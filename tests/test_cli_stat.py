@@ -140,11 +140,17 @@ def traffic(nsqd: Nsqd, channel_name: str) -> Iterator[None]:
     with running([*tail, f"--channel={channel_name}"]):
         publisher.start()
         try:
-            wait_until(lambda: nsqd.drained(TOPIC, channel_name), WAIT, "messages flowing")
+            wait_until(lambda: flowing(nsqd, channel_name), WAIT, "messages flowing")
             yield
         finally:
             stop.set()
             publisher.join()
+
+
+def flowing(nsqd: Nsqd, channel_name: str) -> bool:
+    """The consumer is there and messages have come through the channel."""
+    stats = nsqd.channel_stats(TOPIC, channel_name)
+    return stats.client_count == 1 and stats.message_count > 0
 
 
 # -- side by side with Go's ------------------------------------------------------------
