@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, aclosing, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -199,7 +199,7 @@ class TextOutput:
         for notice in text.notices(self.previous, report):
             log.warning("%s", notice)
         self.previous = report
-        if self.json:
+        if self.json:  # the first poll only sets the baseline: no rates yet, no line
             lines = text.json_line(report) if report.poll > 0 else ""
         else:
             lines = text.plain_lines(report)
@@ -235,21 +235,22 @@ async def stat(settings: StatSettings) -> None:
         nursery.start_soon(lambda: watch_signals(stop, hangup=stop))  # Go stops on SIGHUP too
         poller = Poller(client, settings.cluster, settings.topic, settings.channel)
         tracker = Tracker(settings.topic, settings.channel)
+        polls = beats(settings.interval, settings.count)
         with _output(settings, StdoutWriter()) as output:
-            async for _ in beats(settings.interval, settings.count):
-                poll = await poller.poll()
-                report = tracker.update(
-                    poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
-                )
-                if not await output.show(report):
-                    silence_stdout()
-                    break
+            async with aclosing(polls):
+                async for _ in polls:
+                    poll = await poller.poll()
+                    report = tracker.update(
+                        poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
+                    )
+                    if not await output.show(report):
+                        silence_stdout()
+                        break
         stop()
 
 
 def _output(settings: StatSettings, writer: StdoutWriter) -> AbstractContextManager[Output]:
     """The Output for the settings' format, for the run."""
-
     if settings.output_format == "table":
         from nsqtools.commands.statview import live_table
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -39,7 +39,7 @@ class Poll:
     wall_time: float  # the same instant, unix seconds
 
 
-async def beats(interval: float, count: int | None) -> AsyncIterator[int]:
+async def beats(interval: float, count: int | None) -> AsyncGenerator[int, None]:
     """0, 1, 2... at start + k * interval (trio's clock); count + 1 of them when a count
     is given (the first poll only sets the baseline), with no wait after the last."""
     start = trio.current_time()
