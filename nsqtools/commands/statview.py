@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 SPARK_WIDTH = 16  # polls of history shown
 _SPARKS = "▁▂▃▄▅▆▇█"
-_UNKNOWN = Text("-", style="dim")
 _NUMBER_COLUMNS = (
     "in/s",
     "out/s",
@@ -153,7 +152,7 @@ def _numbers(counters: Counters, rates: Rates | None, channel: bool) -> list[Tex
     ]
     clients: Text | str = _count(counters.client_count)
     if not channel:
-        per_channel, clients = [_UNKNOWN] * len(per_channel), _UNKNOWN
+        per_channel, clients = [_unknown() for _ in per_channel], _unknown()
     return [
         _rate(None if rates is None else rates.ingress),
         _rate(None if rates is None else rates.egress),
@@ -166,6 +165,11 @@ def _numbers(counters: Counters, rates: Rates | None, channel: bool) -> list[Tex
     ]
 
 
+def _unknown() -> Text:
+    """A count that does not apply, or a rate not known yet."""
+    return Text("-", style="dim")
+
+
 def _count(value: int) -> str:
     return f"{value:,}"
 
@@ -173,7 +177,7 @@ def _count(value: int) -> str:
 def _rate(value: float | None) -> Text | str:
     """Per second: whole numbers, with a decimal under 10; `-` until known."""
     if value is None:
-        return _UNKNOWN
+        return _unknown()
     return f"{value:,.1f}" if abs(value) < 10 else f"{value:,.0f}"
 
 
