@@ -57,9 +57,9 @@ class LiveTable:
 
 
 @contextmanager
-def live_table(settings: StatSettings, console: Console | None = None) -> Iterator[LiveTable]:
+def live_table(settings: StatSettings) -> Iterator[LiveTable]:
     """The live table for the run; the last drawing stays on screen after it."""
-    console = console or Console(no_color=not settings.color, highlight=False)
+    console = Console(no_color=not settings.color, highlight=False)
     waiting = Text(f"nsq_stat: polling topic {settings.topic}...", style="dim")
     with Live(
         waiting, console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
