@@ -210,6 +210,7 @@ def test_nsq_alone_lists_its_commands_with_the_go_tools_they_replace() -> None:
     assert re.findall(r"^  (\w+) +(?:(\w+): )?", listed, re.MULTILINE) == [
         ("help", ""),
         ("pub", "to_nsq"),
+        ("stat", "nsq_stat"),
         ("tail", "nsq_tail"),
     ]
 

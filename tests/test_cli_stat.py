@@ -196,6 +196,15 @@ def test_it_runs_as_nsq_stat_too(nsqd: Nsqd) -> None:
     assert result.stdout == GO_HEADER + GO_ROW % ((0,) * 11) + "\n"
 
 
+def test_help_shows_gos_options_first_then_ours() -> None:
+    go, ours = run(go_tool(), "-h"), run(OURS, "-h")
+    assert ours.returncode == go.returncode == 0
+    sections = re.split(r"^(\S.*:)$", ours.stdout, flags=re.MULTILINE)
+    assert sections[1::2] == ["Options of Go's nsq_stat:", "Output and delivery:", "Logging:"]
+    gos_own = set(re.findall(r"^  --?([\w-]+)", sections[2], re.MULTILINE)) - {"h"}
+    assert gos_own == set(re.findall(r"^  -([\w-]+)", go.stderr, re.MULTILINE))
+
+
 # (arguments, exit status, whether our message is Go's): {nsqd} is an nsqd's HTTP address.
 CHECKS = [
     ([], 1, False),  # ours: --topic is required (--channel is optional)
