@@ -211,7 +211,7 @@ def test_nsq_alone_lists_its_commands_with_the_go_tools_they_replace() -> None:
     admin = ["create", "delete", "empty", "pause", "tombstone", "unpause"]
     no_go_name = [(name, "") for name in ["help", *inspection, *admin]]
     assert re.findall(r"^  (\w+) +(?:(\w+): )?", listed, re.MULTILINE) == sorted(
-        [*no_go_name, ("pub", "to_nsq"), ("tail", "nsq_tail")]
+        [*no_go_name, ("pub", "to_nsq"), ("stat", "nsq_stat"), ("tail", "nsq_tail")]
     )
 
 

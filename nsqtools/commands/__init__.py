@@ -15,6 +15,7 @@ from nsqtools import __version__
 # subcommand → (module, Go name)
 SUBCOMMANDS = {
     "pub": ("nsqtools.commands.pub", "to_nsq"),
+    "stat": ("nsqtools.commands.stat", "nsq_stat"),
     "tail": ("nsqtools.commands.tail", "nsq_tail"),
     "to-file": ("nsqtools.commands.to_file", "nsq_to_file"),
     "to-http": ("nsqtools.commands.relay_http", "nsq_to_http"),

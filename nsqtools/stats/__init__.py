@@ -1,0 +1,10 @@
+"""nsq_stat's library: a topic's (or one channel's) counters polled across the
+cluster, summed, turned into rates, and written as Go's plain layout or JSON lines.
+
+- tracking: polls into Reports (sums, per-nsqd rows, rates over the measured
+  interval, history), sans-IO;
+- text: Go's plain layout, JSON lines, and what changed worth a line on stderr, sans-IO;
+- polling: the beat polls keep, and one poll of the cluster (nsqtools.cluster), on trio.
+
+The live table is the command's (nsqtools.commands.stat): rich stays in the commands.
+"""

@@ -1,0 +1,92 @@
+"""nsq_stat's polls, on trio: when to poll, and one poll of the cluster.
+
+Polls start at once, then on a fixed beat (start + k * interval: a slow poll does not
+push the later ones back, it skips the beats it overran); with a count, the last poll
+ends the run at once (Go's sleeps one more interval before exiting). Each poll finds
+the nsqds (the given ones, or the topic's producers through the lookupds, asked again
+every poll as Go does) and asks all their /stats at once.
+
+Only the first poll can end the run, when it reaches nothing at all (every lookupd, or
+every nsqd, failed), with Go's message: a mistyped address should not leave nsq_stat
+waiting. After that, a failure is reported beside the answers, never fatal; while every
+lookupd fails, the nsqds they last named are still polled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+
+import httpx
+import trio
+
+from nsqtools.cluster import Cluster, NodeStats, find_nsqds, poll_stats
+from nsqtools.errors import NsqError
+from nsqtools.stats.tracking import Failure
+
+
+class NothingReached(NsqError):
+    """The first poll reached no lookupd, or no nsqd, at all."""
+
+
+@dataclass(frozen=True)
+class Poll:
+    nodes: list[NodeStats]
+    lookupd_failures: list[Failure]
+    asked_at: float  # when the nsqds were asked, monotonic seconds
+    wall_time: float  # the same instant, unix seconds
+
+
+async def beats(interval: float, count: int | None) -> AsyncGenerator[int, None]:
+    """0, 1, 2... at start + k * interval (trio's clock); count + 1 of them when a count
+    is given (the first poll only sets the baseline), with no wait after the last."""
+    start = trio.current_time()
+    polls = 0
+    while True:
+        yield polls
+        polls += 1
+        if count is not None and polls > count:
+            return
+        beats_gone = math.floor((trio.current_time() - start) / interval)
+        await trio.sleep_until(start + (beats_gone + 1) * interval)
+
+
+class Poller:
+    """Polls one topic (and maybe one channel of it) across the cluster."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, cluster: Cluster, topic: str, channel: str | None
+    ) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.topic = topic
+        self.channel = channel or ""
+        self._known: list[str] = []  # the nsqds the lookupds named last
+        self._polls = 0
+
+    async def poll(self) -> Poll:
+        addresses, lookupd_errors = await find_nsqds(self.client, self.cluster, self.topic)
+        lookupds = self.cluster.lookupd_http_addresses
+        every_lookupd_failed = bool(lookupds) and len(lookupd_errors) == len(lookupds)
+        if every_lookupd_failed and self._polls == 0:
+            raise NothingReached(_go_message("topic producers", "nsqlookupd", lookupd_errors))
+        if every_lookupd_failed:
+            addresses = self._known
+        self._known = addresses
+        asked_at, wall_time = time.monotonic(), time.time()
+        nodes = await poll_stats(self.client, addresses, self.topic, self.channel)
+        errors = [node.error for node in nodes if node.error is not None]
+        if self._polls == 0 and nodes and len(errors) == len(nodes):
+            step = "nsqd stats" if lookupds else "topic producers"
+            raise NothingReached(_go_message(step, "nsqd", errors))
+        self._polls += 1
+        failures = [Failure(error.server, error.address, error.reason) for error in lookupd_errors]
+        return Poll(nodes, failures, asked_at, wall_time)
+
+
+def _go_message(step: str, server: str, errors: Sequence[NsqError]) -> str:
+    """Go's fatal line for a first poll that reached nothing, our reasons after it."""
+    reasons = "; ".join(str(error) for error in errors)
+    return f"failed to get {step} - failed to query any {server}: {reasons}"
