@@ -16,7 +16,7 @@ Summing is sans-IO: the functions that build rows take /stats answers.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -26,14 +26,8 @@ from nsqtools import discovery
 from nsqtools.cluster import Cluster, NodeStats, find_nsqds, poll_stats
 from nsqtools.httpapi import HttpApiError, lookupd
 from nsqtools.httpapi.lookupd import RegisteredNsqd
-from nsqtools.httpapi.nsqd import (
-    ChannelStats,
-    ClientStats,
-    E2eLatency,
-    NsqdStats,
-    Percentile,
-    TopicStats,
-)
+from nsqtools.httpapi.nsqd import ChannelStats, ClientStats, E2eLatency, NsqdStats, TopicStats
+from nsqtools.stats.counters import Counters, merged_latency, rates_between
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -50,17 +44,11 @@ class TopicRow:
 
     topic: str
     nodes: tuple[str, ...]  # HTTP addresses, sorted
-    depth: int = 0
-    backend_depth: int = 0
-    message_count: int = 0
+    counters: Counters = field(default_factory=Counters)  # depth, backend depth, messages
     channels: tuple[str, ...] = ()  # every channel any of the nodes has, sorted
     paused_nodes: tuple[str, ...] = ()
     e2e_processing_latency: E2eLatency | None = None
     message_rate: float | None = None  # messages/s, when measured over two polls
-
-    @property
-    def memory_depth(self) -> int:
-        return self.depth - self.backend_depth
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -75,21 +63,10 @@ class ChannelRow:
     topic: str
     channel: str
     nodes: tuple[str, ...]
-    depth: int = 0
-    backend_depth: int = 0
-    in_flight_count: int = 0
-    deferred_count: int = 0
-    requeue_count: int = 0
-    timeout_count: int = 0
-    message_count: int = 0
-    client_count: int = 0
+    counters: Counters = field(default_factory=Counters)
     paused_nodes: tuple[str, ...] = ()
     e2e_processing_latency: E2eLatency | None = None
     message_rate: float | None = None
-
-    @property
-    def memory_depth(self) -> int:
-        return self.depth - self.backend_depth
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -134,9 +111,7 @@ def topic_row(topic: str, held: Sequence[tuple[str, TopicStats]]) -> TopicRow:
     return TopicRow(
         topic=topic,
         nodes=tuple(sorted(address for address, _ in held)),
-        depth=sum(stats.depth for _, stats in held),
-        backend_depth=sum(stats.backend_depth for _, stats in held),
-        message_count=sum(stats.message_count for _, stats in held),
+        counters=sum((Counters.of_topic(stats) for _, stats in held), Counters()),
         channels=tuple(sorted({c.channel_name for _, stats in held for c in stats.channels})),
         paused_nodes=tuple(sorted(address for address, stats in held if stats.paused)),
         e2e_processing_latency=merged_latency(stats.e2e_processing_latency for _, stats in held),
@@ -149,49 +124,22 @@ def channel_row(topic: str, channel: str, held: Sequence[tuple[str, ChannelStats
         topic=topic,
         channel=channel,
         nodes=tuple(sorted(address for address, _ in held)),
-        depth=sum(stats.depth for _, stats in held),
-        backend_depth=sum(stats.backend_depth for _, stats in held),
-        in_flight_count=sum(stats.in_flight_count for _, stats in held),
-        deferred_count=sum(stats.deferred_count for _, stats in held),
-        requeue_count=sum(stats.requeue_count for _, stats in held),
-        timeout_count=sum(stats.timeout_count for _, stats in held),
-        message_count=sum(stats.message_count for _, stats in held),
-        client_count=sum(stats.client_count for _, stats in held),
+        counters=sum((Counters.of_channel(stats) for _, stats in held), Counters()),
         paused_nodes=tuple(sorted(address for address, stats in held if stats.paused)),
         e2e_processing_latency=merged_latency(stats.e2e_processing_latency for _, stats in held),
-    )
-
-
-def merged_latency(latencies: Iterable[E2eLatency | None]) -> E2eLatency | None:
-    """Several nsqds' e2e latency as one: the messages measured add up; percentiles of
-    separate windows cannot be combined exactly, so each quantile is the highest any
-    nsqd reports (the latency no node exceeds). An nsqd that measured no message yet
-    reports zeros: those are left out. None when no nsqd measures latency."""
-    reported = [latency for latency in latencies if latency is not None]
-    if not reported:
-        return None
-    highest: dict[float, float] = {}
-    for latency in reported:
-        for percentile in latency.percentiles if latency.count else ():
-            quantile = percentile.quantile
-            highest[quantile] = max(highest.get(quantile, 0.0), percentile.value)
-    return E2eLatency(
-        count=sum(latency.count for latency in reported),
-        percentiles=tuple(Percentile(q, value) for q, value in sorted(highest.items())),
     )
 
 
 def with_rates(before: Sequence[R], after: Sequence[R], elapsed: float) -> list[R]:
     """`after`'s rows with their message rate since `before`, `elapsed` seconds earlier;
     None for a row that was not there, or whose count went back (an nsqd restarted)."""
-    earlier = {row.key: row.message_count for row in before}
+    earlier = {row.key: row.counters for row in before}
     return [replace(row, message_rate=_rate(earlier.get(row.key), row, elapsed)) for row in after]
 
 
-def _rate(earlier: int | None, row: TopicRow | ChannelRow, elapsed: float) -> float | None:
-    if earlier is None or row.message_count < earlier or elapsed <= 0:
-        return None
-    return (row.message_count - earlier) / elapsed
+def _rate(earlier: Counters | None, row: TopicRow | ChannelRow, elapsed: float) -> float | None:
+    rates = None if earlier is None else rates_between(earlier, row.counters, elapsed)
+    return None if rates is None else rates.ingress
 
 
 def _answered(polled: Iterable[NodeStats]) -> list[tuple[str, NsqdStats]]:

@@ -175,7 +175,9 @@ def test_with_traffic_the_rows_are_laid_out_as_gos(nsqd: Nsqd) -> None:
         assert output.startswith(GO_HEADER)
         rows = [row_numbers(line) for line in output[len(GO_HEADER) :].splitlines()]
         assert len(rows) == 4
-        assert all(row[0] > 0 for row in rows), output  # ingress
+        # Ingress in some rows: a loaded machine may stall the publisher for a whole
+        # interval, so not necessarily in every one.
+        assert any(row[0] > 0 for row in rows), output
         assert [row[10] for row in rows] == [1] * 4, output  # the one nsq_tail
 
 

@@ -20,13 +20,13 @@ from nsqtools.httpapi.nsqd import (
 )
 from nsqtools.inspection import (
     channel_view,
-    merged_latency,
     node_rows,
     summarize_channels,
     summarize_topics,
     topic_view,
     with_rates,
 )
+from nsqtools.stats.counters import Counters, merged_latency
 
 FIRST, SECOND, DOWN = "127.0.0.1:4151", "127.0.0.1:4251", "127.0.0.1:4351"
 REFUSED = HttpApiError("nsqd", DOWN, "GET /stats: connection refused")
@@ -90,9 +90,10 @@ def cluster() -> list[NodeStats]:
 def test_topics_are_summed_over_the_nsqds_holding_them_by_name() -> None:
     events, other, unheld = summarize_topics(cluster(), known=["unheld", "events"])
     assert (events.topic, events.nodes) == ("events", (FIRST, SECOND))
-    assert (events.depth, events.message_count, events.channels) == (1, 80, ("archive", "live"))
+    assert (events.counters.depth, events.counters.message_count) == (1, 80)
+    assert events.channels == ("archive", "live")
     assert (other.topic, other.nodes, other.channels) == ("other", (SECOND,), ("c",))
-    assert (unheld.topic, unheld.nodes, unheld.message_count) == ("unheld", (), 0)
+    assert (unheld.topic, unheld.nodes, unheld.counters.message_count) == ("unheld", (), 0)
 
 
 def test_channels_are_summed_with_every_count_and_where_they_are_paused() -> None:
@@ -108,18 +109,19 @@ def test_channels_are_summed_with_every_count_and_where_they_are_paused() -> Non
         ),
     ]  # fmt: skip
     [archive, known] = summarize_channels("events", polled, known=["known-to-lookupd"])
-    assert (archive.depth, archive.backend_depth, archive.memory_depth) == (8, 2, 6)
-    assert (archive.in_flight_count, archive.deferred_count) == (2, 1)
-    assert (archive.requeue_count, archive.timeout_count, archive.client_count) == (4, 1, 2)
-    assert (archive.message_count, archive.paused_nodes) == (80, (SECOND,))
+    assert archive.counters == Counters(
+        depth=8, backend_depth=2, in_flight_count=2, deferred_count=1, message_count=80,
+        requeue_count=4, timeout_count=1, client_count=2, paused=True,
+    )  # fmt: skip
+    assert (archive.counters.memory_depth, archive.paused_nodes) == (6, (SECOND,))
     assert (known.channel, known.nodes) == ("known-to-lookupd", ())
 
 
 def test_a_topic_in_detail_has_each_nodes_row_and_the_total_and_a_node_down_apart() -> None:
     view = topic_view("events", cluster())
     assert [row.nodes for row in view.nodes] == [(FIRST,), (SECOND,)]
-    assert [row.message_count for row in view.nodes] == [50, 30]
-    assert (view.total.nodes, view.total.message_count) == ((FIRST, SECOND), 80)
+    assert [row.counters.message_count for row in view.nodes] == [50, 30]
+    assert (view.total.nodes, view.total.counters.message_count) == ((FIRST, SECOND), 80)
     assert [row.channel for row in view.channels] == ["archive", "live"]
     assert view.failures == (REFUSED,)
 
@@ -134,7 +136,7 @@ def test_a_channel_in_detail_skips_the_nodes_without_it_and_lists_their_clients(
     ]  # fmt: skip
     view = channel_view("events", "archive", polled)
     assert [row.nodes for row in view.nodes] == [(FIRST,)]
-    assert view.total.depth == 5
+    assert view.total.counters.depth == 5
     assert [row.client.remote_address for row in view.clients] == ["10.0.0.1:1", "10.0.0.2:1"]
     assert {row.node for row in view.clients} == {FIRST}
 

@@ -15,8 +15,9 @@ from nsqtools.cluster import NodeStats
 from nsqtools.httpapi import HttpApiError
 from nsqtools.httpapi.nsqd import ChannelStats, E2eLatency, NsqdStats, Percentile, TopicStats
 from nsqtools.stats import text
+from nsqtools.stats.counters import Counters, Rates, rates_between
 from nsqtools.stats.polling import beats
-from nsqtools.stats.tracking import Counters, Failure, Rates, Tracker, rates_between
+from nsqtools.stats.tracking import Failure, Tracker
 
 TOPIC = "events"
 A, B = "127.0.0.1:4151", "127.0.0.1:4251"

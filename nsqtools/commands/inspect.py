@@ -123,7 +123,7 @@ def topics_tables(view: TopicsView, rates: bool) -> list[Table]:
     ]
     table = Table(columns)
     for row in view.topics:
-        cells = [row.topic, *_depth_cells(row), str(row.message_count)]
+        cells = [row.topic, *_depth_cells(row), str(row.counters.message_count)]
         cells += [*_rate_cells(row, rates), str(len(row.channels)), _paused_cell(row)]
         table.add([*cells, " ".join(row.nodes)], _row_style(row))
     return [table]
@@ -306,7 +306,12 @@ def topic_tables(view: TopicView, rates: bool) -> list[Table]:
     nodes = Table(columns, f"topic {view.total.topic}")
     for row in rows:
         name = TOTAL if row is view.total else row.nodes[0]
-        cells = [name, *_depth_cells(row), str(row.message_count), *_rate_cells(row, rates)]
+        cells = [
+            name,
+            *_depth_cells(row),
+            str(row.counters.message_count),
+            *_rate_cells(row, rates),
+        ]
         cells += [str(len(row.channels)), _paused_cell(row)]
         cells += _latency_cells(row.e2e_processing_latency, quantiles)
         nodes.add(cells, "bold" if row is view.total else _row_style(row))
@@ -431,7 +436,8 @@ def _depth_columns() -> list[Column]:
 
 
 def _depth_cells(row: TopicRow | ChannelRow) -> list[str]:
-    return [str(row.depth), str(row.memory_depth), str(row.backend_depth)]
+    counters = row.counters
+    return [str(counters.depth), str(counters.memory_depth), str(counters.backend_depth)]
 
 
 def _rate_columns(rates: bool) -> list[Column]:
@@ -454,18 +460,19 @@ def _channel_columns(rates: bool) -> list[Column]:
 
 
 def _channel_cells(row: ChannelRow, rates: bool) -> list[str]:
+    counters = row.counters
     counts = (
-        row.in_flight_count,
-        row.deferred_count,
-        row.requeue_count,
-        row.timeout_count,
-        row.message_count,
+        counters.in_flight_count,
+        counters.deferred_count,
+        counters.requeue_count,
+        counters.timeout_count,
+        counters.message_count,
     )
     return [
         *_depth_cells(row),
         *map(str, counts),
         *_rate_cells(row, rates),
-        str(row.client_count),
+        str(counters.client_count),
         _paused_cell(row),
     ]
 
@@ -512,9 +519,24 @@ def age_cell(seconds: float) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
+# The counts of a row, by JSON key: a topic has no channel counts.
+_TOPIC_COUNTS = ("depth", "backend_depth", "message_count")
+_CHANNEL_COUNTS = (
+    *_TOPIC_COUNTS,
+    "in_flight_count",
+    "deferred_count",
+    "requeue_count",
+    "timeout_count",
+    "client_count",
+)
+
+
 def _row_json(row: TopicRow | ChannelRow) -> dict[str, Any]:
     document = asdict(row)
-    document["memory_depth"] = row.memory_depth
+    counts = document.pop("counters")
+    names = _CHANNEL_COUNTS if "channel" in document else _TOPIC_COUNTS
+    document |= {name: counts[name] for name in names}
+    document["memory_depth"] = row.counters.memory_depth
     document["paused"] = bool(row.paused_nodes)
     return document
 

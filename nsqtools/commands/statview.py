@@ -22,7 +22,8 @@ from rich.text import Text
 
 from nsqtools.durations import format_duration
 from nsqtools.httpapi.nsqd import Percentile
-from nsqtools.stats.tracking import Counters, Rates, Report, Row
+from nsqtools.stats.counters import Counters, Rates
+from nsqtools.stats.tracking import Report, Row
 
 if TYPE_CHECKING:
     from nsqtools.commands.stat import StatSettings

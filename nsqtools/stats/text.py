@@ -20,7 +20,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from nsqtools.stats.tracking import Counters, Failure, NodeRow, Rates, Report, Row
+from nsqtools.stats.counters import Counters, Rates
+from nsqtools.stats.tracking import Failure, NodeRow, Report, Row
 
 HEADER_EVERY = 25  # polls
 

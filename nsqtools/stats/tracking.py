@@ -15,86 +15,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from nsqtools.cluster import NodeStats
-from nsqtools.httpapi.nsqd import ChannelStats, E2eLatency, Percentile, TopicStats
+from nsqtools.httpapi.nsqd import E2eLatency, Percentile, TopicStats
+from nsqtools.stats.counters import Counters, Rates, merged_latency, rates_between
 
 HISTORY = 60  # rates kept per row, for the sparklines
-
-
-@dataclass(frozen=True)
-class Counters:
-    """What nsqd counts for a topic or a channel (a topic has no clients, in-flight,
-    deferred, requeued or timed-out messages: those stay 0)."""
-
-    depth: int = 0
-    backend_depth: int = 0
-    in_flight_count: int = 0
-    deferred_count: int = 0
-    message_count: int = 0
-    requeue_count: int = 0
-    timeout_count: int = 0
-    client_count: int = 0
-    paused: bool = False
-
-    @property
-    def memory_depth(self) -> int:
-        """Messages in memory, as Go's nsq_stat computes it."""
-        return self.depth - self.backend_depth
-
-    def __add__(self, other: Counters) -> Counters:
-        summed = {
-            field.name: getattr(self, field.name) + getattr(other, field.name)
-            for field in fields(self)
-            if field.name != "paused"
-        }
-        return Counters(**summed, paused=self.paused or other.paused)
-
-    @classmethod
-    def of_topic(cls, topic: TopicStats) -> Counters:
-        return cls(
-            depth=topic.depth,
-            backend_depth=topic.backend_depth,
-            message_count=topic.message_count,
-            paused=topic.paused,
-        )
-
-    @classmethod
-    def of_channel(cls, channel: ChannelStats) -> Counters:
-        return cls(
-            depth=channel.depth,
-            backend_depth=channel.backend_depth,
-            in_flight_count=channel.in_flight_count,
-            deferred_count=channel.deferred_count,
-            message_count=channel.message_count,
-            requeue_count=channel.requeue_count,
-            timeout_count=channel.timeout_count,
-            client_count=channel.client_count,
-            paused=channel.paused,
-        )
-
-
-@dataclass(frozen=True)
-class Rates:
-    """Messages per second: in (published to the topic, or copied to the channel) and
-    out (that left the topic for its channels, or were finished by the channel's
-    consumers): what came in less what the depth grew by."""
-
-    ingress: float
-    egress: float
-
-    def __add__(self, other: Rates) -> Rates:
-        return Rates(self.ingress + other.ingress, self.egress + other.egress)
-
-
-def rates_between(before: Counters, after: Counters, seconds: float) -> Rates | None:
-    """The rates from one answer to the next; None when the counts went back."""
-    arrived = after.message_count - before.message_count
-    if arrived < 0 or seconds <= 0:
-        return None
-    departed = arrived - (after.depth - before.depth)
-    return Rates(arrived / seconds, departed / seconds)
 
 
 @dataclass(frozen=True)
@@ -120,12 +47,8 @@ class Row:
     @property
     def e2e(self) -> tuple[Percentile, ...]:
         """Each percentile nsqd tracks, at its slowest nsqd (as nsqadmin shows them)."""
-        slowest: dict[float, float] = {}
-        for node in self.nodes:
-            for percentile in node.e2e.percentiles if node.e2e else ():
-                known = slowest.get(percentile.quantile, percentile.value)
-                slowest[percentile.quantile] = max(known, percentile.value)
-        return tuple(Percentile(quantile, value) for quantile, value in sorted(slowest.items()))
+        merged = merged_latency(node.e2e for node in self.nodes)
+        return merged.percentiles if merged is not None else ()
 
 
 @dataclass(frozen=True)
