@@ -10,7 +10,8 @@ on daemon threads: a signal that ends the program never waits for a slow server.
 
     client = BlockingClient(connect_timeout=2.0, request_timeout=5.0)
     stats = client.send(nsqd.stats("127.0.0.1:4151", topic="events"))
-    nodes = client.run(cluster.poll_stats_plan(["127.0.0.1:4151", "127.0.0.1:4251"]))
+    both = client.send_each([nsqd.stats("127.0.0.1:4151"), nsqd.stats("127.0.0.1:4251")])
+    result = client.run(plan)  # a plan (nsqtools.httpapi.plans), its batches on threads
 """
 
 from __future__ import annotations
