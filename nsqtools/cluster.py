@@ -7,6 +7,10 @@ asked concurrently; one that fails never hides the others: its failure is kept b
 the answers, for the caller to show (nsq_stat's table, `nsq topics`) or to make fatal
 (Go's nsq_stat does).
 
+Both are written once as plans (find_nsqds_plan, poll_stats_plan: nsqtools.httpapi.plans),
+run on trio by find_nsqds and poll_stats, or on threads by a blocking program
+(nsq_stat: httpapi.blocking.BlockingClient.run), which then loads neither trio nor httpx.
+
     cluster = Cluster(lookupd_http_addresses=("127.0.0.1:4161",))
     addresses, lookupd_failures = await find_nsqds(client, cluster, topic="events")
     for node in await poll_stats(client, addresses, topic="events"):
@@ -17,12 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from nsqtools import discovery
 from nsqtools.httpapi import HttpApiError, nsqd
 from nsqtools.httpapi.nsqd import NsqdStats
+from nsqtools.httpapi.plans import Plan, each
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -49,13 +56,20 @@ async def find_nsqds(
 
     The given nsqds, each once; else every nsqd a lookupd knows (with `topic`: those
     producing it), each once, in the order of the lookupds."""
+    return await discovery.run_plan(client, find_nsqds_plan(cluster, topic))
+
+
+def find_nsqds_plan(
+    cluster: Cluster, topic: str | None = None
+) -> Plan[tuple[list[str], list[HttpApiError]]]:
+    """find_nsqds() as a plan, for any runner."""
     if cluster.nsqd_http_addresses:
         return list(dict.fromkeys(cluster.nsqd_http_addresses)), []
     lookupds = cluster.lookupd_http_addresses
     if topic is None:
-        registered, failures = await discovery.nodes_all(client, lookupds)
+        registered, failures = yield from discovery.nodes_all_plan(lookupds)
         return [node.http_address for node in registered], failures
-    producers, failures = await discovery.lookup_all(client, lookupds, topic)
+    producers, failures = yield from discovery.lookup_all_plan(lookupds, topic)
     return [node.http_address for node in producers], failures
 
 
@@ -69,11 +83,19 @@ async def poll_stats(
 ) -> list[NodeStats]:
     """Every nsqd's /stats (filtered to the topic, and channel, when given), asked at
     once; in the order of `addresses`."""
+    plan = poll_stats_plan(addresses, topic, channel, include_clients=include_clients)
+    return await discovery.run_plan(client, plan)
+
+
+def poll_stats_plan(
+    addresses: Sequence[str], topic: str = "", channel: str = "", *, include_clients: bool = False
+) -> Plan[list[NodeStats]]:
+    """poll_stats() as a plan, for any runner."""
     calls = [
         nsqd.stats(address, topic, channel, include_clients=include_clients)
         for address in addresses
     ]
-    results = await discovery.send_each(client, calls)
+    results = yield from each(calls)
     return [
         NodeStats(address, None, result)
         if isinstance(result, HttpApiError)

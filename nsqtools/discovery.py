@@ -5,6 +5,11 @@ owns what discovery does with them: every lookupd is asked concurrently, one bei
 or answering junk never hides the others (its failure is returned beside the answers),
 and the producers of a topic are merged by TCP address in the order of the lookupds.
 
+What several lookupds are asked, and how their answers merge, is written once as plans
+(nsqtools.httpapi.plans: lookup_all_plan, nodes_all_plan): the functions here run them
+on trio (run_plan), a blocking program on threads (httpapi.blocking); trio and httpx
+are imported where used, so that such a program loads neither.
+
 Timeouts, TLS verification and connection limits come from the caller's
 httpx.AsyncClient; a timeout is reported as lookupd_poll_timeout, the setting the
 consumer makes it from. Every failure is a DiscoveryError (an HttpApiError) whose
@@ -14,16 +19,18 @@ message is one short line naming the nsqlookupd.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
-
-import httpx
-import trio
+from typing import TYPE_CHECKING, TypeVar
 
 from nsqtools.httpapi import Call, HttpApiError, lookupd, send
 from nsqtools.httpapi.lookupd import NsqdNode, RegisteredNsqd
+from nsqtools.httpapi.plans import Plan, each
+
+if TYPE_CHECKING:
+    import httpx
 
 T = TypeVar("T")
 N = TypeVar("N", bound=NsqdNode)
+R = TypeVar("R")
 
 _TIMEOUT_OPTION = "lookupd_poll_timeout"  # the setting a lookupd's timeout comes from
 
@@ -36,9 +43,12 @@ __all__ = [
     "channels",
     "lookup",
     "lookup_all",
+    "lookup_all_plan",
     "lookup_topics_all",
     "nodes",
     "nodes_all",
+    "nodes_all_plan",
+    "run_plan",
     "send_each",
     "topics",
 ]
@@ -57,7 +67,14 @@ async def lookup_all(
     All lookupds are asked at once; the first to list an nsqd (in the order of
     `lookupds`) gives its record, and the result keeps that order.
     """
-    answers, errors = await _ask_each(client, [lookupd.lookup(a, topic) for a in lookupds])
+    return await run_plan(client, lookup_all_plan(lookupds, topic))
+
+
+def lookup_all_plan(
+    lookupds: Sequence[str], topic: str
+) -> Plan[tuple[list[NsqdNode], list[DiscoveryError]]]:
+    """lookup_all() as a plan, for any runner."""
+    answers, errors = yield from _ask_each([lookupd.lookup(address, topic) for address in lookupds])
     return _merged(answers), errors
 
 
@@ -70,7 +87,11 @@ async def lookup_topics_all(
     client: httpx.AsyncClient, lookupds: Sequence[str]
 ) -> tuple[list[str], list[DiscoveryError]]:
     """The sorted union of every lookupd's topics, and the failures."""
-    answers, errors = await _ask_each(client, [lookupd.topics(address) for address in lookupds])
+    return await run_plan(client, _topics_all_plan(lookupds))
+
+
+def _topics_all_plan(lookupds: Sequence[str]) -> Plan[tuple[list[str], list[DiscoveryError]]]:
+    answers, errors = yield from _ask_each([lookupd.topics(address) for address in lookupds])
     return sorted({topic for found in answers for topic in found}), errors
 
 
@@ -88,7 +109,14 @@ async def nodes_all(
     client: httpx.AsyncClient, lookupds: Sequence[str]
 ) -> tuple[list[RegisteredNsqd], list[DiscoveryError]]:
     """Every nsqd registered with any lookupd, merged as lookup_all merges, and the failures."""
-    answers, errors = await _ask_each(client, [lookupd.nodes(address) for address in lookupds])
+    return await run_plan(client, nodes_all_plan(lookupds))
+
+
+def nodes_all_plan(
+    lookupds: Sequence[str],
+) -> Plan[tuple[list[RegisteredNsqd], list[DiscoveryError]]]:
+    """nodes_all() as a plan, for any runner."""
+    answers, errors = yield from _ask_each([lookupd.nodes(address) for address in lookupds])
     return _merged(answers), errors
 
 
@@ -106,6 +134,8 @@ async def send_each(
     """Send every call at once; each one's answer, or its failure, in the calls' order:
     one server down never hides what the others said (the cluster's nsqds are polled
     the same way)."""
+    import trio
+
     results: dict[int, T | HttpApiError] = {}
 
     async def send_one(index: int) -> None:
@@ -127,10 +157,20 @@ async def _ask(client: httpx.AsyncClient, call: Call[T]) -> T:
     return await send(client, call, timeout_option=_TIMEOUT_OPTION)
 
 
-async def _ask_each(
-    client: httpx.AsyncClient, calls: Sequence[Call[T]]
-) -> tuple[list[T], list[DiscoveryError]]:
-    """Every call at once; the answers and the failures, each in the calls' order."""
-    results = await send_each(client, calls, timeout_option=_TIMEOUT_OPTION)
+async def run_plan(client: httpx.AsyncClient, plan: Plan[R]) -> R:
+    """What the plan makes of the answers to its batches, each sent with send_each."""
+    try:
+        batch = next(plan)
+        while True:
+            answers = await send_each(client, batch.calls, timeout_option=batch.timeout_option)
+            batch = plan.send(answers)
+    except StopIteration as finished:
+        result: R = finished.value
+        return result
+
+
+def _ask_each(calls: Sequence[Call[T]]) -> Plan[tuple[list[T], list[DiscoveryError]]]:
+    """In a plan: every call at once; the answers and the failures, each in the calls' order."""
+    results = yield from each(calls, timeout_option=_TIMEOUT_OPTION)
     errors = [result for result in results if isinstance(result, DiscoveryError)]
     return [result for result in results if not isinstance(result, DiscoveryError)], errors

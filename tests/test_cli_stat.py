@@ -393,6 +393,42 @@ def test_e2e_latency_percentiles_when_nsqd_tracks_them(local_nsq: LocalNsq) -> N
     assert all(p["value"] > 0 for p in row["e2e_processing_latency"])
 
 
+def test_a_signal_mid_poll_ends_the_run_at_once(nsqd: Nsqd) -> None:
+    """A poll waiting on a frozen nsqd (a minute's timeout) does not hold the exit back."""
+    nsqd.create_channels(TOPIC, "c")
+    args = [f"--nsqd-http-address={nsqd.http_address}", f"--topic={TOPIC}", "--channel=c"]
+    slow = ["--http-client-request-timeout=60s", "--format=json", "--interval=50ms"]
+    with watched(*args, *slow) as stat:
+        stat.wait_for(lambda: len(stat.out) > 0, "a record")
+        with nsqd.frozen():
+            tasks = f"/proc/{stat.process.pid}/task"
+            stat.wait_for(lambda: len(os.listdir(tasks)) > 1, "a poll on its thread")
+            assert stat.stop(signal.SIGINT) == 0
+    assert stat.err == []
+
+
+@pytest.mark.parametrize("output_format", ["plain", "json"])
+def test_it_starts_without_trio_or_httpx(nsqd: Nsqd, output_format: str) -> None:
+    """What nsq_stat imports is most of its start-up: Go's starts in a few ms."""
+    nsqd.create_channels(TOPIC, "c")
+    python, *code = OURS
+    args = [f"--nsqd-http-address={nsqd.http_address}", f"--topic={TOPIC}", "--channel=c"]
+    result = run(
+        [python, "-X", "importtime", *code],
+        *args,
+        f"--format={output_format}",
+        "--count=1",
+        "--interval=10ms",
+    )
+    assert result.returncode == 0, result.stderr
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert imported.isdisjoint({"trio", "httpx", "httpcore", "anyio", "ssl", "rich"})
+
+
 # -- the live table --------------------------------------------------------------------
 
 

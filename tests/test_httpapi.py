@@ -1,8 +1,11 @@
 """The nsqd and nsqlookupd HTTP client against real v1.3.0 daemons; the junk server only
-for answers a real one never gives."""
+for answers a real one never gives. The blocking client (nsq_stat's) reads and fails
+as httpx's does."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
@@ -13,6 +16,7 @@ from nsqtools.config import ClientConfig
 from nsqtools.httpapi import Call, HttpApiError, send, send_sync
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.httpapi import nsqd as nsqd_api
+from nsqtools.httpapi.blocking import BlockingClient
 from nsqtools.httpapi.nsqd import E2eLatency, NsqdStats
 from nsqtools.protocol import MessageBatch, commands
 from nsqtools.testing import Nsqd, Nsqlookupd
@@ -239,26 +243,25 @@ def fake() -> Iterator[JunkLookupd]:
         yield server
 
 
-@pytest.mark.parametrize(
-    ("body", "reason"),
-    [
-        (b"<html>bad gateway</html>", "invalid answer: not JSON"),
-        (b"", "invalid answer: not JSON"),
-        (b"[" * 100_000 + b"]" * 100_000, "invalid answer: JSON nested too deeply"),
-        (b'{"topics": 7}', "invalid answer: no 'version' in the answer"),
-        (
-            b'{"version": "1.3.0", "health": "OK", "start_time": 1, "producers": [],'
-            b' "topics": [{"topic_name": "t", "depth": "7"}]}',
-            "invalid answer: 'depth' is a string, not an integer",
-        ),
-        (
-            b'{"version": "1.3.0", "health": "OK", "start_time": 1, "producers": null,'
-            b' "topics": {"t": 1}}',
-            "invalid answer: 'topics' is an object, not an array",
-        ),
-    ],
-    ids=["html", "empty", "nested", "no version", "depth as a string", "topics as an object"],
-)
+JUNK_STATS = {
+    "html": (b"<html>bad gateway</html>", "invalid answer: not JSON"),
+    "empty": (b"", "invalid answer: not JSON"),
+    "nested": (b"[" * 100_000 + b"]" * 100_000, "invalid answer: JSON nested too deeply"),
+    "no version": (b'{"topics": 7}', "invalid answer: no 'version' in the answer"),
+    "depth as a string": (
+        b'{"version": "1.3.0", "health": "OK", "start_time": 1, "producers": [],'
+        b' "topics": [{"topic_name": "t", "depth": "7"}]}',
+        "invalid answer: 'depth' is a string, not an integer",
+    ),
+    "topics as an object": (
+        b'{"version": "1.3.0", "health": "OK", "start_time": 1, "producers": null,'
+        b' "topics": {"t": 1}}',
+        "invalid answer: 'topics' is an object, not an array",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "reason"), JUNK_STATS.values(), ids=JUNK_STATS.keys())
 async def test_a_junk_stats_answer_is_one_line_naming_address_and_path(
     client: httpx.AsyncClient, fake: JunkLookupd, body: bytes, reason: str
 ) -> None:
@@ -275,3 +278,97 @@ async def test_a_server_error_quotes_its_message_on_one_line(
     with pytest.raises(HttpApiError) as caught:
         await send(client, nsqd_api.info(fake.address))
     assert str(caught.value) == f"nsqd {fake.address}: GET /info: HTTP 500 line one line two"
+
+
+# -- the blocking client -----------------------------------------------------------------
+
+
+@pytest.fixture
+def blocking() -> BlockingClient:
+    return BlockingClient(connect_timeout=5.0, request_timeout=5.0)
+
+
+def test_the_blocking_client_reads_the_same(blocking: BlockingClient, nsqd: Nsqd) -> None:
+    blocking.send(nsqd_api.create_topic(nsqd.http_address, TOPIC))
+    blocking.send(nsqd_api.create_channel(nsqd.http_address, TOPIC, CHANNEL))
+    blocking.send(nsqd_api.pub(nsqd.http_address, TOPIC, b"one"))
+    stats = blocking.send(nsqd_api.stats(nsqd.http_address, topic=TOPIC))
+    assert stats.topic(TOPIC).channel(CHANNEL).depth == 1
+    with pytest.raises(HttpApiError) as caught:
+        blocking.send(nsqd_api.delete_topic(nsqd.http_address, "missing"))
+    assert str(caught.value) == (
+        f"nsqd {nsqd.http_address}: POST /topic/delete: HTTP 404 TOPIC_NOT_FOUND"
+    )
+    assert caught.value.message == "TOPIC_NOT_FOUND"
+
+
+def test_the_blocking_client_reads_a_chunked_answer(blocking: BlockingClient, nsqd: Nsqd) -> None:
+    """nsqd chunks an answer that outgrows Go's buffer (2 KiB): a /stats of many topics."""
+    topics = [f"topic-{index:03}" for index in range(60)]
+    for topic in topics:
+        nsqd.create_channels(topic, CHANNEL)
+    with httpx.Client(timeout=5.0) as plain:
+        framing = plain.get(f"http://{nsqd.http_address}/stats?format=json").headers
+    assert framing.get("transfer-encoding") == "chunked"
+    stats = blocking.send(nsqd_api.stats(nsqd.http_address))
+    assert sorted(topic.topic_name for topic in stats.topics) == topics
+
+
+def test_the_blocking_client_sends_its_headers(fake: JunkLookupd) -> None:
+    fake.answer("/topics", {"topics": ["t"]})
+    agent = BlockingClient(1.0, 1.0, headers={"User-Agent": "nsq_stat/test"})
+    assert agent.send(lookupd_api.topics(fake.address)) == ["t"]
+    (headers,) = fake.request_headers
+    assert headers["User-Agent"] == "nsq_stat/test"
+    assert headers["Accept"] == "application/vnd.nsq; version=1.0"
+
+
+@pytest.mark.parametrize(("body", "reason"), JUNK_STATS.values(), ids=JUNK_STATS.keys())
+def test_the_blocking_client_tells_junk_as_httpx_does(
+    blocking: BlockingClient, fake: JunkLookupd, body: bytes, reason: str
+) -> None:
+    fake.answer_with("/stats", Reply(200, body))
+    with pytest.raises(HttpApiError) as caught:
+        blocking.send(nsqd_api.stats(fake.address))
+    assert str(caught.value) == f"nsqd {fake.address}: GET /stats: {reason}"
+
+
+def test_the_blocking_client_quotes_a_server_error(
+    blocking: BlockingClient, fake: JunkLookupd
+) -> None:
+    fake.answer_with("/info", Reply(502, b"<html>bad gateway</html>", "text/html"))
+    with pytest.raises(HttpApiError) as caught:
+        blocking.send(nsqd_api.info(fake.address))
+    assert str(caught.value) == f"nsqd {fake.address}: GET /info: HTTP 502 Bad Gateway"
+
+
+def test_the_blocking_client_tells_failures_as_httpx_does(nsqd: Nsqd) -> None:
+    impatient = BlockingClient(connect_timeout=1.0, request_timeout=0.2)
+    with nsqd.frozen(), pytest.raises(HttpApiError) as caught:
+        impatient.send(nsqd_api.stats(nsqd.http_address), timeout_option="request-timeout")
+    assert str(caught.value) == f"nsqd {nsqd.http_address}: GET /stats: timed out (request-timeout)"
+    nsqd.stop()
+    with pytest.raises(HttpApiError) as caught:
+        impatient.send(nsqd_api.stats(nsqd.http_address))
+    assert str(caught.value) == f"nsqd {nsqd.http_address}: GET /stats: connection refused"
+    with pytest.raises(HttpApiError, match=r"^nsqd https://127.0.0.1:1: GET /stats: https: "):
+        impatient.send(nsqd_api.stats("https://127.0.0.1:1"))
+
+
+def test_a_server_that_closes_without_answering_is_one_line(blocking: BlockingClient) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = "{}:{}".format(*server.getsockname()[:2])
+
+        def read_then_close() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(4096)
+
+        closer = threading.Thread(target=read_then_close)
+        closer.start()
+        with pytest.raises(HttpApiError) as caught:
+            blocking.send(nsqd_api.stats(address))
+        closer.join()
+    assert str(caught.value) == (
+        f"nsqd {address}: GET /stats: server disconnected without sending a response"
+    )

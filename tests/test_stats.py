@@ -1,6 +1,6 @@
 """nsq_stat's library without a cluster: sums, rates over the measured interval, the
 baseline and missing rows (tracking); Go's plain layout, JSON lines and notices (text);
-the polling beat on trio's mock clock (polling). Real nsqds: tests/test_cli_stat.py."""
+the polling beat on a fake clock (polling). Real nsqds: tests/test_cli_stat.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import json
 from dataclasses import replace
 
 import pytest
-import trio
-import trio.testing
 
 from nsqtools.cluster import NodeStats
 from nsqtools.httpapi import HttpApiError
@@ -276,23 +274,43 @@ def test_a_failure_that_changes_is_said_again() -> None:
 # -- polling ---------------------------------------------------------------------------
 
 
+class FakeClock:
+    """A monotonic clock that moves only when slept on, or told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
 @pytest.mark.parametrize("count", [1, 3])
-async def test_beats_are_on_a_fixed_beat_count_plus_one_with_no_wait_after_the_last(
-    autojump_clock: trio.testing.MockClock, count: int
-) -> None:
-    start = trio.current_time()
-    seen = [(index, trio.current_time() - start) async for index in beats(2.0, count)]
+def test_beats_are_on_a_fixed_beat_count_plus_one_with_no_wait_after_the_last(count: int) -> None:
+    clock = FakeClock()
+    start = clock()
+    seen = [(index, clock() - start) for index in beats(2.0, count, clock, clock.sleep)]
     assert seen == [(index, 2.0 * index) for index in range(count + 1)]
-    assert trio.current_time() - start == 2.0 * count
+    assert clock() - start == 2.0 * count
 
 
-async def test_a_poll_that_overruns_skips_the_beats_it_missed(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    start = trio.current_time()
+def test_a_poll_that_overruns_skips_the_beats_it_missed() -> None:
+    clock = FakeClock()
+    start = clock()
     seen = []
-    async for index in beats(1.0, 3):
-        seen.append(trio.current_time() - start)
+    for index in beats(1.0, 3, clock, clock.sleep):
+        seen.append(clock() - start)
         if index == 0:
-            await trio.sleep(2.5)  # a slow poll
+            clock.now += 2.5  # a slow poll
     assert seen == [0.0, 3.0, 4.0, 5.0]
+
+
+def test_without_a_count_the_beats_go_on() -> None:
+    clock = FakeClock()
+    start = clock()
+    beat = beats(0.5, None, clock, clock.sleep)
+    assert [next(beat) for _ in range(100)] == list(range(100))
+    assert clock() - start == 0.5 * 99

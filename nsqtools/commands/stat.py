@@ -7,6 +7,10 @@ topic and every channel; a missing topic or channel is polled again, not fatal; 
 nsqd that fails is said on stderr and polled again; rates over the measured interval;
 --format json (one object per poll); on a terminal, a live table (commands/statview.py)
 with each nsqd's rows, the rates' history, paused state and e2e latency.
+
+Blocking, for a start within Go's: the polls run on threads (httpapi.blocking), the
+beat on the monotonic clock, signals end the run (runtime.signals.stopped_by_signals);
+neither trio nor httpx is imported.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from contextlib import AbstractContextManager, aclosing, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +33,6 @@ from nsqtools.commands.front import (
     fail,
     grouped_option,
     run,
-    run_event_loop,
     version_option,
 )
 from nsqtools.commands.options import (
@@ -41,7 +44,6 @@ from nsqtools.commands.options import (
 
 if TYPE_CHECKING:
     from nsqtools.cluster import Cluster
-    from nsqtools.commands.stdio import StdoutWriter
     from nsqtools.stats.tracking import Report
 
 TOOL = "nsq_stat"
@@ -124,7 +126,7 @@ def command(**options: Any) -> None:
     depths and rates every interval."""
     settings = _settings(options)
     configure_logging(options["log_level"], options["log_prefix"])
-    run_event_loop(stat, settings)
+    stat(settings)
 
 
 def _settings(options: dict[str, Any]) -> StatSettings:
@@ -180,20 +182,19 @@ def _check_addresses(nsqd: tuple[str, ...], lookupd: tuple[str, ...]) -> None:
 class Output(Protocol):
     """Where each poll's report goes; False from show() ends the run (a closed pipe)."""
 
-    async def show(self, report: Report) -> bool: ...
+    def show(self, report: Report) -> bool: ...
 
 
 class TextOutput:
     """Go's layout or JSON lines on stdout, each poll in one write; on stderr, a line
     for what the rows cannot say (a failed nsqd, a missing channel), when it changes."""
 
-    def __init__(self, settings: StatSettings, writer: StdoutWriter) -> None:
+    def __init__(self, settings: StatSettings) -> None:
         self.json = settings.output_format == "json"
-        self.writer = writer
         self.previous: Report | None = None
 
-    async def show(self, report: Report) -> bool:
-        from nsqtools.commands.stdio import PipeClosed
+    def show(self, report: Report) -> bool:
+        from nsqtools.commands.stdio import PipeClosed, write_all
         from nsqtools.stats import text
 
         for notice in text.notices(self.previous, report):
@@ -205,57 +206,43 @@ class TextOutput:
             lines = text.plain_lines(report)
         try:
             if lines:
-                await self.writer.write(lines.encode())
+                write_all(1, lines.encode())
         except PipeClosed:
             return False
         return True
 
 
-async def stat(settings: StatSettings) -> None:
-    import ssl
+def stat(settings: StatSettings) -> None:
+    import signal
 
-    import httpx
-    import trio
-
-    from nsqtools.commands.stdio import StdoutWriter, silence_stdout
-    from nsqtools.runtime.signals import watch_signals
+    from nsqtools.commands.stdio import silence_stdout
+    from nsqtools.httpapi.blocking import BlockingClient
+    from nsqtools.runtime.signals import stopped_by_signals
     from nsqtools.stats.polling import Poller, beats
     from nsqtools.stats.tracking import Tracker
 
-    timeout = httpx.Timeout(settings.request_timeout, connect=settings.connect_timeout)
     agent = {"User-Agent": f"{TOOL}/{__version__} nsqtools/{__version__}"}
-    # Plain HTTP only (an address with a scheme is refused, as in Go): a TLS context
-    # that trusts nothing spares loading the CA bundle, ~20 ms of start-up.
-    no_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    async with (
-        httpx.AsyncClient(timeout=timeout, headers=agent, verify=no_tls) as client,
-        trio.open_nursery() as nursery,
-    ):
-        stop = nursery.cancel_scope.cancel
-        nursery.start_soon(lambda: watch_signals(stop, hangup=stop))  # Go stops on SIGHUP too
-        poller = Poller(client, settings.cluster, settings.topic, settings.channel)
-        tracker = Tracker(settings.topic, settings.channel)
-        polls = beats(settings.interval, settings.count)
-        with _output(settings, StdoutWriter()) as output:
-            async with aclosing(polls):
-                async for _ in polls:
-                    poll = await poller.poll()
-                    report = tracker.update(
-                        poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
-                    )
-                    if not await output.show(report):
-                        silence_stdout()
-                        break
-        stop()
+    client = BlockingClient(settings.connect_timeout, settings.request_timeout, agent)
+    poller = Poller(settings.cluster, settings.topic, settings.channel)
+    tracker = Tracker(settings.topic, settings.channel)
+    with stopped_by_signals(signal.SIGHUP), _output(settings) as output:  # Go: SIGHUP stops too
+        for _ in beats(settings.interval, settings.count):
+            poll = client.run(poller.poll())
+            report = tracker.update(
+                poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
+            )
+            if not output.show(report):
+                silence_stdout()
+                break
 
 
-def _output(settings: StatSettings, writer: StdoutWriter) -> AbstractContextManager[Output]:
+def _output(settings: StatSettings) -> AbstractContextManager[Output]:
     """The Output for the settings' format, for the run."""
     if settings.output_format == "table":
         from nsqtools.commands.statview import live_table
 
         return live_table(settings)
-    return nullcontext(TextOutput(settings, writer))
+    return nullcontext(TextOutput(settings))
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ class LiveTable:
         self.settings = settings
         self.live = live
 
-    async def show(self, report: Report) -> bool:
+    def show(self, report: Report) -> bool:
         self.live.update(stats_view(report, self.settings.interval), refresh=True)
         return True
 

@@ -8,6 +8,8 @@ never interleave. A closed pipe
 (`nsq_tail | head`) is reported as PipeClosed, which commands treat as a normal end.
 A write to a pipe nobody reads can be cancelled: its thread is abandoned, still
 blocked, so how much of it was written is unknown and the writer must not be used again.
+Blocking code (nsq_stat) writes with write_all; trio is imported where used, so that
+such code loads none.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import AsyncIterator
-
-import trio
 
 READ_SIZE = 1024 * 1024
 
@@ -36,28 +36,35 @@ def may_block(fd: int) -> bool:
         return True
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`, waiting as long as the reader makes it; raise PipeClosed if
+    the reader has gone."""
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    except BrokenPipeError:
+        raise PipeClosed from None
+
+
 class StdoutWriter:
     def __init__(self, fd: int = 1) -> None:
+        import trio
+
         self.fd = fd
         self.blocks = may_block(fd)
         self._lock = trio.Lock()
 
     async def write(self, data: bytes) -> None:
         """Write all of `data`; raise PipeClosed if the reader has gone."""
-        try:
-            if not self.blocks:
-                self._write_all(data)  # no await: nothing can interleave, no lock needed
-                return
-            async with self._lock:
-                await trio.to_thread.run_sync(self._write_all, data, abandon_on_cancel=True)
-        except BrokenPipeError:
-            raise PipeClosed from None
+        import trio
 
-    def _write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        if not self.blocks:
+            write_all(self.fd, data)  # no await: nothing can interleave, no lock needed
+            return
+        async with self._lock:
+            await trio.to_thread.run_sync(write_all, self.fd, data, abandon_on_cancel=True)
 
 
 async def read_chunks(fd: int) -> AsyncIterator[bytes]:
@@ -68,6 +75,8 @@ async def read_chunks(fd: int) -> AsyncIterator[bytes]:
     drop it). No checkpoint comes between a read and the yield, so a caller that does
     not checkpoint before it uses the chunk loses none to a cancellation.
     """
+    import trio
+
     blocks = may_block(fd)
     while True:
         if blocks:

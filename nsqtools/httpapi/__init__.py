@@ -1,10 +1,15 @@
 """Clients of nsqd's and nsqlookupd's HTTP APIs, with typed answers.
 
-Layering: built on httpx and nsqtools.errors/addresses only; the consumer's discovery
-(nsqtools.discovery), the commands and the test harness use it, never the reverse.
+Layering: built on httpx (h11 and sockets for the blocking client) and
+nsqtools.errors/addresses only; the consumer's discovery (nsqtools.discovery), the
+commands and the test harness use it, never the reverse.
 
 - call: a Call (one request and how to read its answer), send() on an
   httpx.AsyncClient, send_sync() on an httpx.Client, HttpApiError.
+- blocking: BlockingClient, Calls sent on plain sockets, several at once on threads,
+  for a program that starts without httpx (nsq_stat).
+- plans: what to ask several servers at once and what the answers mean, written once,
+  run on trio (nsqtools.discovery.run_plan) or on threads (BlockingClient.run).
 - nsqd: /info, /stats (typed: topics, channels, clients), /pub, /mpub, admin calls.
 - lookupd: /info, /lookup, /topics, /channels, /nodes, admin calls, tombstones.
 - json_shape: checking documents (sans-IO).

@@ -3,8 +3,10 @@
 A Call says everything about one request (server kind, address, method, path, query,
 body) and how to read a successful answer into a typed value; nsqtools.httpapi.nsqd
 and .lookupd build them. send() sends a Call on an httpx.AsyncClient, send_sync() on an
-httpx.Client (the test harness runs in threads); everything but that one line is
-shared.
+httpx.Client (the test harness runs in threads), nsqtools.httpapi.blocking on a plain
+socket; the exchange is theirs, the rest is shared: an Answer (status, reason, body)
+is read by read_answer(), a failed exchange told by timed_out() or request_failure().
+httpx is imported by the two that use it only: the blocking path starts without it.
 
 Addresses are "host:port" or "http(s)://host:port". Every request asks for
 `Accept: application/vnd.nsq; version=1.0`; both answer shapes are read (the bare
@@ -20,12 +22,13 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from nsqtools.errors import NsqError
 from nsqtools.httpapi.json_shape import ShapeError, one_line, typed
+
+if TYPE_CHECKING:
+    import httpx
 
 T = TypeVar("T")
 
@@ -47,6 +50,18 @@ class HttpApiError(NsqError):
         self.address = address
         self.reason = reason
         self.message = message
+
+
+class Answer(NamedTuple):
+    """What a server answered, whatever carried it."""
+
+    status: int
+    reason: str  # the status line's reason phrase
+    body: bytes
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status < 300
 
 
 @dataclass(frozen=True)
@@ -99,14 +114,14 @@ async def send(client: httpx.AsyncClient, call: Call[T], *, timeout_option: str 
     client's timeout in the message of a timed-out request."""
     with _request_errors(call, timeout_option):
         response = await client.send(_build(client, call))
-    return _answer(call, response)
+    return read_answer(call, _answer_of(response))
 
 
 def send_sync(client: httpx.Client, call: Call[T], *, timeout_option: str = "") -> T:
     """send() for synchronous code: the same request, the same reading, the same errors."""
     with _request_errors(call, timeout_option):
         response = client.send(_build(client, call))
-    return _answer(call, response)
+    return read_answer(call, _answer_of(response))
 
 
 def _build(client: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
@@ -115,22 +130,27 @@ def _build(client: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.R
     )
 
 
+def _answer_of(response: httpx.Response) -> Answer:
+    return Answer(response.status_code, response.reason_phrase, response.content)
+
+
 @contextmanager
 def _request_errors(call: Call[Any], timeout_option: str) -> Iterator[None]:
-    """Failures to send or to receive, as one-line HttpApiErrors."""
+    """httpx's failures to send or to receive, as one-line HttpApiErrors."""
+    import httpx
+
     try:
         yield
     except httpx.TimeoutException as exc:
-        hint = f" ({timeout_option})" if timeout_option else ""
-        raise call.error(f"timed out{hint}") from exc
+        raise timed_out(call, timeout_option) from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise call.error(_request_failure(exc)) from exc
+        raise request_failure(call, exc, connecting=isinstance(exc, httpx.ConnectError)) from exc
 
 
-def _answer(call: Call[T], response: httpx.Response) -> T:
+def read_answer(call: Call[T], answer: Answer) -> T:
     """The typed answer of a success; an HttpApiError for anything else."""
     try:
-        status, message, data = _read(call, response)
+        status, message, data = _read(call, answer)
         if 200 <= status < 300:
             return call.read(data)
     except ShapeError as exc:
@@ -140,37 +160,44 @@ def _answer(call: Call[T], response: httpx.Response) -> T:
     raise call.error(f"HTTP {status} {one_line(message)}".rstrip(), message)
 
 
-def _read(call: Call[Any], response: httpx.Response) -> tuple[int, str, Any]:
+def _read(call: Call[Any], answer: Answer) -> tuple[int, str, Any]:
     """(status, message, data) from either answer shape; the wrapper's status wins."""
-    if response.is_success and not call.answers_json:
-        return response.status_code, "", None
+    if answer.is_success and not call.answers_json:
+        return answer.status, "", None
     try:
-        document = json.loads(response.content)
+        document = json.loads(answer.body)
     except RecursionError as exc:  # `[[[[...` nested deeper than the parser's stack
-        return _unreadable(response, "JSON nested too deeply", exc)
+        return _unreadable(answer, "JSON nested too deeply", exc)
     except ValueError as exc:
-        return _unreadable(response, "not JSON", exc)
+        return _unreadable(answer, "not JSON", exc)
     if isinstance(document, dict) and {"status_code", "data"} <= document.keys() <= _WRAPPER_KEYS:
         status_txt = str(document.get("status_txt", ""))
         return typed(document, "status_code", int), status_txt, document["data"]
     message = document.get("message") if isinstance(document, dict) else None
-    reason = message if isinstance(message, str) else response.reason_phrase
-    return response.status_code, reason, document
+    reason = message if isinstance(message, str) else answer.reason
+    return answer.status, reason, document
 
 
-def _unreadable(response: httpx.Response, reason: str, cause: Exception) -> tuple[int, str, Any]:
+def _unreadable(answer: Answer, reason: str, cause: Exception) -> tuple[int, str, Any]:
     """A body that is no JSON: a bad answer on success, else the status says enough."""
-    if response.is_success:
+    if answer.is_success:
         raise ShapeError(reason) from cause
-    return response.status_code, response.reason_phrase, None
+    return answer.status, answer.reason, None
 
 
-def _request_failure(exc: Exception) -> str:
-    """A short reason for a failed request; "connection refused" when the OS said so."""
+def timed_out(call: Call[Any], timeout_option: str) -> HttpApiError:
+    """A timed-out exchange, naming the setting its timeout came from when there is one."""
+    hint = f" ({timeout_option})" if timeout_option else ""
+    return call.error(f"timed out{hint}")
+
+
+def request_failure(call: Call[Any], exc: Exception, *, connecting: bool) -> HttpApiError:
+    """Any other failed exchange as one line: "connection refused" when the OS said so,
+    else what went wrong, after "cannot connect: " when no connection was made."""
     if any(isinstance(cause, ConnectionRefusedError) for cause in _causes(exc)):
-        return "connection refused"
+        return call.error("connection refused")
     detail = " ".join(str(exc).split()) or type(exc).__name__
-    return f"cannot connect: {detail}" if isinstance(exc, httpx.ConnectError) else detail
+    return call.error(f"cannot connect: {detail}" if connecting else detail)
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

@@ -3,6 +3,8 @@ tool says what that means), a second exits at once, SIGHUP goes to whoever wants
 
 trio delivers a signal to a task; a signal that arrives again before the first was
 handled is delivered once, so "second" means a second one after the first was handled.
+A blocking program (nsq_stat) has stopped_by_signals instead; trio is imported where
+used, so that such a program loads none.
 """
 
 from __future__ import annotations
@@ -12,10 +14,16 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-
-import trio
+from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignal(BaseException):
+    """The first stop signal, raised in the main thread inside stopped_by_signals().
+
+    A BaseException, as KeyboardInterrupt is: no `except Exception` on its way (a
+    logging handler's, say) takes it for an error to report."""
 
 
 @contextmanager
@@ -26,6 +34,8 @@ def stop_signals(*more: signal.Signals) -> Iterator[AsyncIterator[int]]:
     handled would otherwise be raised again with the default disposition, killing a
     process that has done its work (SIGTERM) or ending it in a traceback (SIGINT).
     """
+    import trio
+
     wanted = (*STOP_SIGNALS, *more)
     for signum in wanted:
         signal.signal(signum, signal.SIG_IGN)  # what trio restores when the block ends
@@ -56,3 +66,38 @@ async def watch_signals(
                     before_exit()
                 sys.stderr.flush()
                 os._exit(128 + signum)
+
+
+@contextmanager
+def stopped_by_signals(*more: signal.Signals) -> Iterator[None]:
+    """For blocking code: the first SIGINT/SIGTERM (or one of `more`) raises StopSignal in
+    the main thread, wherever it runs or waits (a sleep, a thread's join, a write), and
+    the block ends there, quietly: its own with-blocks unwind, the code after it runs.
+    While they unwind, a second SIGINT/SIGTERM exits at once with 128+signal. Ignored
+    once the block ends, as stop_signals() leaves them."""
+    wanted = (*STOP_SIGNALS, *more)
+    stopping = ended = False
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        if ended:
+            return
+        if not stopping:
+            stopping = True
+            raise StopSignal
+        if signum in STOP_SIGNALS:
+            sys.stderr.flush()
+            os._exit(128 + signum)
+
+    for signum in wanted:
+        signal.signal(signum, handle)
+    try:
+        try:
+            yield
+        finally:  # a signal from here on is too late to stop anything: ignored
+            ended = True
+    except StopSignal:
+        pass
+    finally:
+        for signum in wanted:
+            signal.signal(signum, signal.SIG_IGN)

@@ -1,4 +1,6 @@
-"""nsq_stat's polls, on trio: when to poll, and one poll of the cluster.
+"""nsq_stat's polls: when to poll (on a clock given, the monotonic one by default), and
+one poll of the cluster as a plan (nsqtools.httpapi.plans) for the caller to run: nsq_stat
+runs it on threads (httpapi.blocking), with neither trio nor httpx to import.
 
 Polls start at once, then on a fixed beat (start + k * interval: a slow poll does not
 push the later ones back, it skips the beats it overran); with a count, the last poll
@@ -16,14 +18,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import httpx
-import trio
-
-from nsqtools.cluster import Cluster, NodeStats, find_nsqds, poll_stats
+from nsqtools.cluster import Cluster, NodeStats, find_nsqds_plan, poll_stats_plan
 from nsqtools.errors import NsqError
+from nsqtools.httpapi.plans import Plan
 from nsqtools.stats.tracking import Failure
 
 
@@ -39,35 +39,39 @@ class Poll:
     wall_time: float  # the same instant, unix seconds
 
 
-async def beats(interval: float, count: int | None) -> AsyncGenerator[int, None]:
-    """0, 1, 2... at start + k * interval (trio's clock); count + 1 of them when a count
-    is given (the first poll only sets the baseline), with no wait after the last."""
-    start = trio.current_time()
+def beats(
+    interval: float,
+    count: int | None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[int]:
+    """0, 1, 2... at start + k * interval on `clock`, `sleep` waiting in between; count + 1
+    of them when a count is given (the first poll only sets the baseline), with no wait
+    after the last."""
+    start = clock()
     polls = 0
     while True:
         yield polls
         polls += 1
         if count is not None and polls > count:
             return
-        beats_gone = math.floor((trio.current_time() - start) / interval)
-        await trio.sleep_until(start + (beats_gone + 1) * interval)
+        beats_gone = math.floor((clock() - start) / interval)
+        sleep(max(0.0, start + (beats_gone + 1) * interval - clock()))
 
 
 class Poller:
     """Polls one topic (and maybe one channel of it) across the cluster."""
 
-    def __init__(
-        self, client: httpx.AsyncClient, cluster: Cluster, topic: str, channel: str | None
-    ) -> None:
-        self.client = client
+    def __init__(self, cluster: Cluster, topic: str, channel: str | None) -> None:
         self.cluster = cluster
         self.topic = topic
         self.channel = channel or ""
         self._known: list[str] = []  # the nsqds the lookupds named last
         self._polls = 0
 
-    async def poll(self) -> Poll:
-        addresses, lookupd_errors = await find_nsqds(self.client, self.cluster, self.topic)
+    def poll(self) -> Plan[Poll]:
+        """The next poll, as a plan: the nsqds to ask, then their /stats."""
+        addresses, lookupd_errors = yield from find_nsqds_plan(self.cluster, self.topic)
         lookupds = self.cluster.lookupd_http_addresses
         every_lookupd_failed = bool(lookupds) and len(lookupd_errors) == len(lookupds)
         if every_lookupd_failed and self._polls == 0:
@@ -76,7 +80,7 @@ class Poller:
             addresses = self._known
         self._known = addresses
         asked_at, wall_time = time.monotonic(), time.time()
-        nodes = await poll_stats(self.client, addresses, self.topic, self.channel)
+        nodes = yield from poll_stats_plan(addresses, self.topic, self.channel)
         errors = [node.error for node in nodes if node.error is not None]
         if self._polls == 0 and nodes and len(errors) == len(nodes):
             step = "nsqd stats" if lookupds else "topic producers"
