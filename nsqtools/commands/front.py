@@ -230,9 +230,7 @@ class CommandFailed(Exception):
 
 def run(command: click.Command, prog_name: str, argv: Sequence[str] | None = None) -> NoReturn:
     """Run a command as a program: every error becomes one line and an exit status."""
-    from nsqtools.config import ConfigError
-    from nsqtools.errors import NsqError, single_errors
-    from nsqtools.protocol import ProtocolError
+    from nsqtools.errors import single_errors
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested(args)
@@ -252,12 +250,33 @@ def run(command: click.Command, prog_name: str, argv: Sequence[str] | None = Non
     except CommandFailed as error:
         _print_error(prog_name, str(error), debug)
         sys.exit(error.code)
-    except (NsqError, ProtocolError, ConfigError, OSError) as error:
+    except Exception as error:
+        if not _is_operational(error):
+            raise
         _print_error(prog_name, _describe(error), debug)
         sys.exit(EXIT_FAILURE)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(0)
+
+
+# Operational error classes by module, looked up only once their module is imported.
+_LAZY_ERRORS = (("nsqtools.config", "ConfigError"), ("nsqtools.protocol", "ProtocolError"))
+
+
+def _is_operational(error: Exception) -> bool:
+    """A failure to report in one line (not a bug, which keeps its traceback). The error
+    classes are looked up only in modules already imported, since a module never
+    imported raised nothing: importing nsqtools.config here would cost every program's
+    start-up (nsq_stat's, measured) for an except clause."""
+    from nsqtools.errors import NsqError
+
+    kinds: list[type[Exception]] = [NsqError, OSError]
+    for module, name in _LAZY_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            kinds.append(getattr(loaded, name))
+    return isinstance(error, tuple(kinds))
 
 
 def _describe(error: BaseException) -> str:
