@@ -187,8 +187,22 @@ class NsqProcess(StartsAndStops):
         self._end(signal.SIGKILL, STOP_TIMEOUT)
 
     def freeze(self) -> None:
-        """Stop the process without ending it (SIGSTOP): its sockets stay open, silent."""
+        """Stop the process without ending it (SIGSTOP): its sockets stay open, silent.
+
+        Returns once every thread is stopped: SIGSTOP takes effect when the kernel next
+        schedules each thread, and a request sent before that may still be answered."""
         os.kill(self.pid, signal.SIGSTOP)
+        wait_until(self._all_threads_stopped, STOP_TIMEOUT, f"{self.name} frozen")
+
+    def _all_threads_stopped(self) -> bool:
+        states = []
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+            states.append(stat.rpartition(")")[2].split()[0])
+        return all(state in ("T", "t") for state in states)
 
     def thaw(self) -> None:
         """Let a frozen process run again (SIGCONT); harmless when it is not frozen."""
