@@ -171,6 +171,28 @@ def nsqd_http_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callab
     )
 
 
+def http_client_timeouts(request_default: str, of_what: str = "") -> Callable[[F], F]:
+    """Go's --http-client-connect-timeout (2s) and --http-client-request-timeout, whose
+    default differs by tool; `of_what` says which requests they bound, when not all."""
+    suffix = f" ({of_what})" if of_what else ""
+    return _stack(
+        click.option(
+            "--http-client-connect-timeout",
+            type=DURATION,
+            default="2s",
+            show_default=True,
+            help=f"Timeout for HTTP connect{suffix}.",
+        ),
+        click.option(
+            "--http-client-request-timeout",
+            type=DURATION,
+            default=request_default,
+            show_default=True,
+            help=f"Timeout for HTTP request{suffix}.",
+        ),
+    )
+
+
 def connection_options(passthrough: str) -> Callable[[F], F]:
     """TLS, compression and AUTH, plus the go-nsq passthrough named `passthrough`
     ("consumer-opt" or "producer-opt")."""

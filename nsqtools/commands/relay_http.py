@@ -28,11 +28,11 @@ from nsqtools.commands.front import (
     version_option,
 )
 from nsqtools.commands.options import (
-    DURATION,
     GoInt,
     check_relay_options,
     connection_options,
     consumer_addresses,
+    http_client_timeouts,
     logging_options,
     nsqd_and_lookupd_addresses,
     passthrough_config,
@@ -105,20 +105,7 @@ class ToHttpSettings:
     show_default=True,
     help="Fraction of messages to publish (0.0 to 1.0); the others are FIN'd unsent.",
 )
-@click.option(
-    "--http-client-connect-timeout",
-    type=DURATION,
-    default="2s",
-    show_default=True,
-    help="Timeout for HTTP connect.",
-)
-@click.option(
-    "--http-client-request-timeout",
-    type=DURATION,
-    default="20s",
-    show_default=True,
-    help="Timeout for HTTP request.",
-)
+@http_client_timeouts("20s")
 @grouped_option(
     OUTPUT,
     "--batch-size",

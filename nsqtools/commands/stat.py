@@ -38,6 +38,7 @@ from nsqtools.commands.front import (
 from nsqtools.commands.options import (
     DURATION,
     check_addresses,
+    http_client_timeouts,
     logging_options,
     nsqd_http_and_lookupd_addresses,
 )
@@ -95,20 +96,7 @@ class StatSettings:
     "nsqd HTTP address (may be given multiple times).",
     "lookupd HTTP address (may be given multiple times).",
 )
-@click.option(
-    "--http-client-connect-timeout",
-    type=DURATION,
-    default="2s",
-    show_default=True,
-    help="Timeout for HTTP connect.",
-)
-@click.option(
-    "--http-client-request-timeout",
-    type=DURATION,
-    default="5s",
-    show_default=True,
-    help="Timeout for HTTP request.",
-)
+@http_client_timeouts("5s")
 @grouped_option(
     OUTPUT,
     "--format",

@@ -34,6 +34,7 @@ from nsqtools.commands.options import (
     GoInt,
     connection_options,
     consumer_addresses,
+    http_client_timeouts,
     logging_options,
     nsqd_and_lookupd_addresses,
 )
@@ -160,20 +161,7 @@ class ToFileSettings:
     "nsqd TCP address (may be given multiple times).",
     "lookupd HTTP address (may be given multiple times).",
 )
-@click.option(
-    "--http-client-connect-timeout",
-    type=DURATION,
-    default="2s",
-    show_default=True,
-    help="Timeout for HTTP connect (lookupd).",
-)
-@click.option(
-    "--http-client-request-timeout",
-    type=DURATION,
-    default="5s",
-    show_default=True,
-    help="Timeout for HTTP request (lookupd).",
-)
+@http_client_timeouts("5s", "lookupd")
 @connection_options("consumer-opt")
 @logging_options(TOOL)
 @version_option(TOOL)
