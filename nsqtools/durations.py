@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 _MICROSECOND = 1_000
 _MILLISECOND = 1_000_000
@@ -53,6 +52,10 @@ def format_duration(seconds: float) -> str:
     """Go's Duration.String() of seconds rounded to whole nanoseconds: "1m30s", "250ms", "0s"."""
     if not math.isfinite(seconds):
         raise DurationError(f"cannot format {seconds} as a duration")
+    # Imported here, not at the top: fractions costs every program's start-up (nsq_stat's
+    # is measured) and most never format a duration.
+    from fractions import Fraction
+
     # Fraction is exact, so the only rounding is the one to whole nanoseconds.
     nanoseconds = round(Fraction(seconds) * _SECOND)
     sign = "-" if nanoseconds < 0 else ""
