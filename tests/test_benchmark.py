@@ -215,8 +215,8 @@ def test_results_span_the_workers_windows_and_merge_their_latencies() -> None:
     assert document["publish"] == {
         "messages": 1001,
         "seconds": 3.0,
-        "msg_per_s": 333.7,
-        "mib_per_s": round(100_100 / 3 / 1024 / 1024, 3),
+        "msg_per_s": 334,
+        "mib_per_s": round(100_100 / 3 / 1024 / 1024, 2),
     }
     assert document["consume"]["seconds"] == 4.0
     expected = {"p50": 2.0, "p90": 3.0, "p99": 3.0, "p99.9": 3.0, "max": 3.0}

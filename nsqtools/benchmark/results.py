@@ -75,11 +75,12 @@ class Throughput:
         return self.bytes / MIB / self.seconds if self.seconds > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The figures to the precision the summary table shows them."""
         return {
             "messages": self.messages,
-            "seconds": round(self.seconds, 6),
-            "msg_per_s": round(self.messages_per_second, 1),
-            "mib_per_s": round(self.mib_per_second, 3),
+            "seconds": round(self.seconds, 3),
+            "msg_per_s": round(self.messages_per_second),
+            "mib_per_s": round(self.mib_per_second, 2),
         }
 
 

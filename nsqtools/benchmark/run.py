@@ -173,13 +173,21 @@ class BenchRun:
         if settings.nsqd_http_address is None:
             return
         async with _http_client() as client:
-            info = await send(client, nsqd_api.info(settings.nsqd_http_address))
+            try:
+                info = await send(client, nsqd_api.info(settings.nsqd_http_address))
+            except HttpApiError as error:
+                raise BenchError(f"{error}; nsqd's HTTP API is {self._why_http()}") from None
         tcp_port = split_address(settings.nsqd_tcp_address)[1]
         if info.tcp_port != tcp_port:
             raise BenchError(
                 f"nsqd {settings.nsqd_http_address} is the nsqd of TCP port {info.tcp_port}, "
                 f"not of {settings.nsqd_tcp_address}: give its own --nsqd-http-address"
             )
+
+    def _why_http(self) -> str:
+        if self.settings.delete_topic:
+            return "needed to delete the run's own topic: give --nsqd-http-address, or --keep-topic"
+        return "needed to create the topic for nsqlookupd: give --nsqd-http-address"
 
     async def _register_topic(self) -> None:
         """Create the topic and channel on nsqd, and wait until nsqlookupd lists the

@@ -62,7 +62,7 @@ class BenchSettings:
                 f"{STAMP_SIZE}-byte publication time"
             )
         if (self.count is None) == (self.duration is None):
-            raise ValueError("give a message count or a duration, not both")
+            raise ValueError("give --count or --duration, not both")
         for name in ("batch_size", "publishers", "consumers", "processes", "in_flight", "rdy"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")

@@ -35,7 +35,7 @@ from nsqtools.benchmark.settings import Role, WorkerJob
 from nsqtools.benchmark.stamps import padding, record_latencies, stamped
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Consumer, open_consumer
-from nsqtools.errors import NsqError
+from nsqtools.errors import NsqError, single_errors
 from nsqtools.flow import TokenBucket
 from nsqtools.producer import Producer
 from nsqtools.protocol import ProtocolError, commands
@@ -108,7 +108,8 @@ class Publishers:
         failed = sum(producer.failed for producer in self._producers)
         if failed:
             reasons = [r for producer in self._producers for r in producer.failure_reasons]
-            raise NsqError(f"{failed:,} messages were not published: {reasons[0]}")
+            total = failed + self.progress
+            raise NsqError(f"{failed:,} of {total:,} messages were not published: {reasons[0]}")
 
     def report(self) -> WorkerReport:
         messages = self.progress
@@ -259,7 +260,8 @@ async def serve() -> None:
         document = await lines.receive()
         if document is None:
             return
-        report = await work(WorkerJob.from_json(document), lines)
+        with single_errors():
+            report = await work(WorkerJob.from_json(document), lines)
         if report is not None:
             await lines.send({"report": report.to_json()})
     except (NsqError, ProtocolError, LineError, OSError) as error:
