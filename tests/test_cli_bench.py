@@ -184,6 +184,24 @@ def test_consumers_find_nsqd_through_nsqlookupd(cluster: Cluster) -> None:
     assert topics(nsqd) == []
 
 
+def test_go_nsq_options_reach_each_roles_connections(nsqd: Nsqd) -> None:
+    result = nsq_bench(
+        *addresses(nsqd), "--count=1000", "--producer-opt=deflate",
+        "--consumer-opt=snappy", "--consumer-opt=output_buffer_size,-1", "--json=-",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["consume"]["messages"] == 1000
+    assert document["settings"]["producer_options"] == ["deflate"]
+    assert document["settings"]["consumer_options"] == ["snappy", "output_buffer_size,-1"]
+    # nsqd's own refusal of a consumer's IDENTIFY: the option did reach it
+    refused = nsq_bench(*addresses(nsqd), "--count=10", "--consumer-opt=output_buffer_timeout,1ms")
+    assert refused.returncode == 1
+    [line] = refused.stderr.splitlines()
+    assert "E_BAD_BODY IDENTIFY output buffer timeout" in line
+    assert topics(nsqd) == []
+
+
 def test_csv_rows_add_up_in_one_file(nsqd: Nsqd, tmp_path: Path) -> None:
     csv_file = tmp_path / "runs.csv"
     for size in (16, 32):
@@ -203,6 +221,8 @@ def test_csv_rows_add_up_in_one_file(nsqd: Nsqd, tmp_path: Path) -> None:
         (["--mode=consume"], "--mode consume needs --topic"),
         (["--topic=bad topic"], "topic"),
         (["--publishers=0"], "--publishers must be at least 1"),
+        (["--consumer-opt=bogus,1"], 'unknown option "bogus"'),
+        (["--json=-", "--csv=-"], "only one of them can have stdout"),
     ],
 )
 def test_bad_input_is_one_line_and_a_failure(nsqd: Nsqd, args: list[str], problem: str) -> None:

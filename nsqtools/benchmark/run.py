@@ -34,6 +34,7 @@ from nsqtools.config import ClientConfig
 from nsqtools.errors import NsqError
 from nsqtools.httpapi import HttpApiError, send
 from nsqtools.httpapi import nsqd as nsqd_api
+from nsqtools.httpapi.call import TOPIC_NOT_FOUND
 from nsqtools.transport import open_connection
 
 HTTP_TIMEOUT = 5.0
@@ -157,9 +158,13 @@ class BenchRun:
             if settings.lookupd_http_addresses and settings.mode.consumes:
                 await self._register_topic()
             reports = await self._run_workers()
-        finally:
+        except BaseException:
             if settings.delete_topic:
-                await self._delete_topic()
+                with suppress(BenchError):  # what failed first is what to say
+                    await self._delete_topic()
+            raise
+        if settings.delete_topic:
+            await self._delete_topic()
         return BenchResults.from_reports(settings, reports, self.interrupted)
 
     # -- before and after --------------------------------------------------------------
@@ -209,14 +214,14 @@ class BenchRun:
         raise BenchError(f"nsqlookupd {lookupds} does not list topic {settings.topic}")
 
     async def _delete_topic(self) -> None:
+        call = nsqd_api.delete_topic(self._http_address(), self.settings.topic)
         with trio.CancelScope(shield=True), trio.move_on_after(HTTP_TIMEOUT):
             async with _http_client() as client:
                 try:
-                    await send(
-                        client, nsqd_api.delete_topic(self._http_address(), self.settings.topic)
-                    )
+                    await send(client, call)
                 except HttpApiError as error:
-                    raise BenchError(f"the topic could not be deleted: {error}") from None
+                    if error.message != TOPIC_NOT_FOUND:  # never made: nothing to delete
+                        raise BenchError(f"the topic could not be deleted: {error}") from None
 
     def _http_address(self) -> str:
         assert self.settings.nsqd_http_address is not None  # the command sets it when needed

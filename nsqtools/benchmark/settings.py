@@ -50,6 +50,10 @@ class BenchSettings:
     rdy: int  # RDY per consumer connection
     rate: int = 0  # messages per second over all publishers; 0: as fast as nsqd takes them
     lookupd_http_addresses: tuple[str, ...] = ()  # consumers find nsqd through these
+    # go-nsq options ("key,value") of each role's connections, e.g. snappy, or
+    # output_buffer_timeout for the consumers (nsqd holds their messages up to 250ms).
+    producer_options: tuple[str, ...] = ()
+    consumer_options: tuple[str, ...] = ()
     # nsqd's HTTP API, when the run needs it: to delete the topic it made up, or to
     # create topic and channel before consumers look them up in nsqlookupd.
     nsqd_http_address: str | None = None
@@ -101,6 +105,9 @@ class BenchSettings:
             role=role,
             nsqd_tcp_address=self.nsqd_tcp_address,
             lookupd_http_addresses=self.lookupd_http_addresses,
+            client_options=(
+                self.producer_options if role is Role.PUBLISHER else self.consumer_options
+            ),
             topic=self.topic,
             channel=self.channel,
             connections=connections,
@@ -132,6 +139,8 @@ class BenchSettings:
             "in_flight": self.in_flight,
             "rdy": self.rdy,
             "rate": self.rate,
+            "producer_options": list(self.producer_options),
+            "consumer_options": list(self.consumer_options),
         }
 
 
@@ -148,6 +157,7 @@ class WorkerJob:
     role: Role
     nsqd_tcp_address: str
     lookupd_http_addresses: tuple[str, ...]
+    client_options: tuple[str, ...]  # go-nsq options of its connections
     topic: str
     channel: str
     connections: int
@@ -171,5 +181,6 @@ class WorkerJob:
     def from_json(cls, document: dict[str, Any]) -> WorkerJob:
         fields = dict(document)
         fields["role"] = Role(fields["role"])
-        fields["lookupd_http_addresses"] = tuple(fields["lookupd_http_addresses"])
+        for name in ("lookupd_http_addresses", "client_options"):
+            fields[name] = tuple(fields[name])
         return cls(**fields)

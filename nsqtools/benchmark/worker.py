@@ -33,7 +33,7 @@ from nsqtools.benchmark.lines import JsonLines, LineError
 from nsqtools.benchmark.results import WorkerReport
 from nsqtools.benchmark.settings import Role, WorkerJob
 from nsqtools.benchmark.stamps import padding, record_latencies, stamped
-from nsqtools.config import ClientConfig
+from nsqtools.config import ClientConfig, ConfigError
 from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import NsqError, single_errors
 from nsqtools.flow import TokenBucket
@@ -42,6 +42,13 @@ from nsqtools.protocol import ProtocolError, commands
 
 PROGRESS_INTERVAL = 0.1
 USER_AGENT = f"nsq_bench/{__version__} nsqtools/{__version__}"
+
+
+def client_config(job: WorkerJob, **fixed: int) -> ClientConfig:
+    """The go-nsq options the job gives, then those the benchmark fixes."""
+    config = ClientConfig(user_agent=USER_AGENT)
+    config.apply_options(job.client_options, fixed)
+    return config
 
 
 class Publishers:
@@ -60,7 +67,7 @@ class Publishers:
         for _ in range(job.connections):
             producer = Producer(
                 job.nsqd_tcp_address,
-                ClientConfig(user_agent=USER_AGENT),
+                client_config(job),
                 max_body_size=batch_body,
                 max_unacknowledged=job.batch_size * job.in_flight,
             )
@@ -145,7 +152,7 @@ class Consumers:
     async def connect(self, stack: AsyncExitStack) -> None:
         """Subscribe every connection (with nsqlookupd: start looking the topic up)."""
         job = self.job
-        config = ClientConfig(user_agent=USER_AGENT, max_in_flight=job.rdy)
+        config = client_config(job, max_in_flight=job.rdy)
         direct = () if job.lookupd_http_addresses else (job.nsqd_tcp_address,)
         limits: Iterable[int | None] = repeat(None) if job.counts is None else job.counts
         for _, limit in zip(range(job.connections), limits, strict=False):
@@ -264,7 +271,7 @@ async def serve() -> None:
             report = await work(WorkerJob.from_json(document), lines)
         if report is not None:
             await lines.send({"report": report.to_json()})
-    except (NsqError, ProtocolError, LineError, OSError) as error:
+    except (NsqError, ProtocolError, ConfigError, LineError, OSError) as error:
         await lines.send({"error": str(error) or type(error).__name__})
 
 

@@ -57,11 +57,11 @@ through nsqd's HTTP API unless --keep-topic.
 \b
 Clients: --publishers and --consumers are connections, spread over --processes worker
 processes per role (publishers and consumers never share a process). One process per
-role is the default because it measures nsqd best on a small machine: a Python process
-with several connections publishes or consumes as fast as nsqd serves it, while every
-further process takes CPU that nsqd itself needs (on 2 cores, 2 publishing processes
-measured about half the rate of 1). Give more processes when the machine has cores
-to spare beyond nsqd's.
+role is the default because it measures nsqd best on a small machine: on 2 cores, one
+Python process with a few connections keeps nsqd as busy as NSQ's bench_writer and
+bench_reader do, while a second process per role measured no more (publishing alone)
+or about 15% less (publishing and consuming at once): every process takes CPU that
+nsqd itself needs. Give more processes when the machine has cores to spare.
 """
 
 
@@ -141,6 +141,23 @@ def _nsqd_http_address_option() -> Callable[[F], F]:
     show_default=True,
     help="Messages per second over all publishers (0: as fast as nsqd takes them).",
 )
+@click.option(
+    "--producer-opt",
+    "producer_options",
+    multiple=True,
+    metavar="KEY,VALUE",
+    help="go-nsq option of the publishers' connections (may be given multiple times), e.g. snappy.",
+)
+@click.option(
+    "--consumer-opt",
+    "consumer_options",
+    multiple=True,
+    metavar="KEY,VALUE",
+    help="go-nsq option of the consumers' connections (may be given multiple times), e.g. "
+    "output_buffer_size,-1: nsqd then sends each message at once (by default it holds a "
+    "consumer's messages until 16 KiB or 250ms have gathered, which dominates the latency "
+    "at low rates).",
+)
 @grouped_option(
     OUTPUT,
     "--json",
@@ -195,6 +212,8 @@ def _settings(options: dict[str, Any]) -> BenchSettings:
             rdy=options["rdy"],
             rate=options["rate"],
             lookupd_http_addresses=lookupds,
+            producer_options=_client_options(options, "producer"),
+            consumer_options=_client_options(options, "consumer"),
             nsqd_http_address=_http_address(options, nsqd_address) if needs_http else None,
             delete_topic=delete_topic,
         )
@@ -229,6 +248,15 @@ def _topic(options: dict[str, Any], mode: Mode) -> tuple[str, bool]:
     except LocalProtocolError as error:
         fail(str(error))
     return topic, own_topic
+
+
+def _client_options(options: dict[str, Any], role: str) -> tuple[str, ...]:
+    """--producer-opt or --consumer-opt, checked as the other commands check them."""
+    from nsqtools.commands.options import passthrough_config
+
+    pairs = tuple(options[f"{role}_options"])
+    passthrough_config("nsq_bench", {"client_options": pairs}, f"{role}-opt")
+    return pairs
 
 
 def _one_address(addresses: tuple[str, ...], option: str, default: str) -> str:
