@@ -2,8 +2,9 @@
 
 Each tool is installed under its Go name (nsq_tail, to_nsq, ...) and as a subcommand
 of `nsq` (nsq tail, nsq pub, ...). nsqtools' own commands, which no Go tool has
-(nsqadmin's views and actions: nsq topics, nsq delete, ...), are subcommands only.
-Subcommands are imported only when used, so `nsq --help` and `nsq --version` stay fast.
+(nsqadmin's views and actions: nsq topics, nsq delete, ...; nsq bench), are subcommands
+only. Subcommands are imported only when used, so `nsq --help` and `nsq --version`
+stay fast.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ OWN_SUBCOMMANDS = {
     "pause": (_ADMIN, "pause_command"),
     "unpause": (_ADMIN, "unpause_command"),
     "tombstone": (_ADMIN, "tombstone_command"),
+    "bench": ("nsqtools.commands.bench", "command"),
 }
 
 
@@ -84,7 +86,8 @@ def group(ctx: click.Context) -> None:
     A command with a Go name before its summary below is a drop-in replacement for
     that one of NSQ's Go utilities, with the same flags (Go's -flag=value syntax
     included), defaults and output, and is installed under that Go name too. The
-    others show and administer a cluster as nsqadmin does, in a terminal.
+    others show and administer a cluster as nsqadmin does, in a terminal, or measure
+    an nsqd (bench).
     """
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())

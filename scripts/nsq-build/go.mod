@@ -34,4 +34,6 @@ tool (
 	github.com/nsqio/nsq/apps/nsqd
 	github.com/nsqio/nsq/apps/nsqlookupd
 	github.com/nsqio/nsq/apps/to_nsq
+	github.com/nsqio/nsq/bench/bench_reader
+	github.com/nsqio/nsq/bench/bench_writer
 )
