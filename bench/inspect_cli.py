@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import httpx
+from harness import compile_package
 
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.httpapi import nsqd as nsqd_api
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=5)
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
+    compile_package()
     with tempfile.TemporaryDirectory(prefix="bench-inspect-") as folder:
         root = Path(folder)
         lookupd = Nsqlookupd(root / "lookupd", "nsqlookupd")

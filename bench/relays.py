@@ -32,11 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from harness import TOPIC, ChannelWatch, fill, innermost, running_nginx, wait_for
+from harness import CHECKOUT, TOPIC, ChannelWatch, fill, innermost, running_nginx, wait_for
 
 from nsqtools.testing import Nsqd, find_binary
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 SLOWEST_RATE = 1_000  # msg/s: a relay slower than this is stuck, not slow
 KINDS = ("nsq", "http")
 

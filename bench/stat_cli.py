@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import compile_package
+
 from nsqtools.testing import Nsqd, find_binary, our_tool
 
 TOPIC = "bench"
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--interval-ms", type=int, default=100)
     args = parser.parse_args()
+    compile_package()
     with (
         tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp,
         Nsqd(Path(tmp) / "nsqd") as nsqd,

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import compile_package
+
 from nsqtools.testing import Nsqd, find_binary
 
 TOPIC = "bench"
@@ -136,6 +138,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--placement", action="store_true", help="measure core sharing only")
     args = parser.parse_args()
+    compile_package()
     with tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp:
         queue = f"--mem-queue-size={2 * args.messages + 10}"
         with Nsqd(Path(tmp) / "nsqd", extra_args=[queue]) as nsqd:
