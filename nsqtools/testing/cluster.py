@@ -378,21 +378,33 @@ class Nsqd(NsqProcess):
         return self.stats(topic=topic, channel=channel).topic(topic).channel(channel)
 
     def drained(self, topic: str, channel: str) -> bool:
-        """The channel got messages and every one is FIN'd: none waiting, none in flight."""
-        try:
-            stats = self.channel_stats(topic, channel)
-        except KeyError:
+        """The channel got messages and every one is FIN'd: none waiting, none in flight,
+        and none left in the topic for it (nsqd copies a topic's messages to a new
+        channel as it goes: a loaded nsqd can show an empty channel before it is done)."""
+        found = self._topic_and_channel(topic, channel)
+        if found is None:
             return False
-        return stats.message_count > 0 and stats.depth == 0 and stats.in_flight_count == 0
+        topic_depth, stats = found
+        idle = topic_depth == stats.depth == stats.in_flight_count == 0
+        return idle and stats.message_count > 0
 
     def emptied(self, topic: str, channel: str) -> bool:
-        """The channel exists and holds nothing: none waiting, in flight or deferred.
+        """The channel exists and holds nothing: none waiting, in flight or deferred, and
+        none left in the topic for it.
         (After a restart its message_count starts again from 0: drained() cannot tell.)"""
-        try:
-            stats = self.channel_stats(topic, channel)
-        except KeyError:
+        found = self._topic_and_channel(topic, channel)
+        if found is None:
             return False
-        return stats.depth == stats.in_flight_count == stats.deferred_count == 0
+        topic_depth, stats = found
+        return topic_depth == stats.depth == stats.in_flight_count == stats.deferred_count == 0
+
+    def _topic_and_channel(self, topic: str, channel: str) -> tuple[int, ChannelStats] | None:
+        """The topic's own depth and the channel's stats; None while either is missing."""
+        try:
+            found = self.stats(topic=topic, channel=channel).topic(topic)
+            return found.depth, found.channel(channel)
+        except KeyError:
+            return None
 
     def read(
         self, topic: str, count: int, channel: str = "check", timeout: float = 60
