@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,17 +23,18 @@ from nsqtools.commands.front import (
     grouped_option,
     run_event_loop,
 )
-from nsqtools.commands.options import DURATION, AddressOption, GoInt, nsqd_and_lookupd_addresses
+from nsqtools.commands.options import (
+    DURATION,
+    GoInt,
+    nsqd_and_lookupd_addresses,
+    nsqd_http_addresses,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
     from nsqtools.benchmark import BenchResults, BenchRun, BenchSettings, LiveCounts, Mode
-
-F = TypeVar("F", bound="Callable[..., Any]")
 
 DEFAULT_NSQD = "127.0.0.1:4150"  # bench_writer's and bench_reader's default
 DEFAULT_DURATION = 10.0  # seconds: bench_writer's and bench_reader's --runfor
@@ -65,19 +66,6 @@ nsqd itself needs. Give more processes when the machine has cores to spare.
 """
 
 
-def _nsqd_http_address_option() -> Callable[[F], F]:
-    return click.option(
-        "--nsqd-http-address",
-        "nsqd_http_addresses",
-        cls=AddressOption,
-        multiple=True,
-        envvar="NSQ_NSQD_HTTP_ADDRESS",
-        metavar="HOST:PORT",
-        help="nsqd's HTTP API, to delete the run's own topic (and create it when consumers "
-        "use nsqlookupd)  [default: the TCP address's host, its port + 1]",
-    )
-
-
 @click.command("bench", context_settings=CONTEXT_SETTINGS, help=_HELP)
 @click.option(
     "--mode",
@@ -90,7 +78,10 @@ def _nsqd_http_address_option() -> Callable[[F], F]:
     f"nsqd TCP address to measure  [default: {DEFAULT_NSQD}]",
     "nsqlookupd HTTP address (may be given multiple times): consumers find nsqd through it.",
 )
-@_nsqd_http_address_option()
+@nsqd_http_addresses(
+    "nsqd's HTTP API, to delete the run's own topic (and create it when consumers "
+    "use nsqlookupd)  [default: the TCP address's host, its port + 1]"
+)
 @click.option("--topic", help="Topic  [default: bench-<random>, deleted at the end]")
 @click.option("--channel", default="bench", show_default=True, help="Channel to consume.")
 @click.option("--keep-topic", is_flag=True, help="Do not delete the run's own topic.")

@@ -154,21 +154,22 @@ def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F
     return _stack(nsqd_addresses(nsqd_help), lookupd_addresses(lookupd_help))
 
 
+def nsqd_http_addresses(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--nsqd-http-address",
+        "nsqd_http_addresses",
+        cls=AddressOption,
+        multiple=True,
+        envvar="NSQ_NSQD_HTTP_ADDRESS",
+        metavar="HOST:PORT",
+        help=help_text,
+    )
+
+
 def nsqd_http_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
     """The addresses of the commands that speak to nsqd's HTTP API (nsq_stat, the
     inspection and admin commands)."""
-    return _stack(
-        click.option(
-            "--nsqd-http-address",
-            "nsqd_http_addresses",
-            cls=AddressOption,
-            multiple=True,
-            envvar="NSQ_NSQD_HTTP_ADDRESS",
-            metavar="HOST:PORT",
-            help=nsqd_help,
-        ),
-        lookupd_addresses(lookupd_help),
-    )
+    return _stack(nsqd_http_addresses(nsqd_help), lookupd_addresses(lookupd_help))
 
 
 def http_client_timeouts(request_default: str, of_what: str = "") -> Callable[[F], F]:
