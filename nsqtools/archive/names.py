@@ -1,23 +1,26 @@
 """The names nsq_to_file gives its files, exactly as NSQ v1.3.0's Go tool does, and no name
-that leaves the directory it is written to.
+that leaves the directory it is written to; and those names read back (NameParser).
 
 Owns Go's strftime (a strftime subset turned into a Go time layout, then formatted by Go's
 time.Format, whose layout tokens therefore expand in literal text too), the filename
-format's tokens (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>, replaced in Go's order), and the
-check that a topic such as ".." cannot place a file outside the directory.
+format's tokens (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>, replaced in Go's order), the
+check that a topic such as ".." cannot place a file outside the directory, and the reverse:
+topic, host, revision and datetime from a name, by one regex per format whose parts the
+same layout tokens give.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import posixpath
 import re
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
-from functools import lru_cache
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
+from functools import cached_property, lru_cache
 from pathlib import PurePosixPath
 from typing import Protocol
 
@@ -32,24 +35,135 @@ def _short(hostname: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Go's time.Format layout tokens ("std chunks" in Go's time/format.go)
+# Go's time.Format layout tokens ("std chunks" in Go's time/format.go), both ways
+
+
+@dataclass
+class _Reading:
+    """What a name's datetime text says, field by field; a field read twice must agree."""
+
+    numbers: dict[str, int] = field(default_factory=dict)
+    zone_name: str | None = None
+
+    def set(self, name: str, value: int) -> bool:
+        return self.numbers.setdefault(name, value) == value
+
+    def set_zone_name(self, name: str) -> bool:
+        if self.zone_name is None:
+            self.zone_name = name
+        return self.zone_name == name
+
+    def when(self, zone: tzinfo | None) -> datetime | None:
+        """The instant read, or None if the fields name none (Feb 30, a Monday that is a
+        Tuesday, a zone abbreviation that is not `zone`'s)."""
+        day, hour = self._date(), self._hour()
+        if day is None or hour is None:
+            return None
+        minute, second, microsecond = (
+            self.numbers.get(name, 0) for name in ("minute", "second", "microsecond")
+        )
+        naive = datetime.combine(day, time(hour, minute, second, microsecond))
+        return self._placed(naive, zone)
+
+    def _date(self) -> date | None:
+        numbers = self.numbers
+        try:
+            if "year_day" in numbers:
+                day = date(numbers["year"], 1, 1) + timedelta(numbers["year_day"] - 1)
+            else:
+                day = date(numbers["year"], numbers["month"], numbers["day"])
+        except (ValueError, OverflowError):
+            return None
+        implied = {"year": day.year, "month": day.month, "day": day.day,
+                   "year_day": _year_day(day), "weekday": day.weekday()}  # fmt: skip
+        agrees = all(numbers.get(name, value) == value for name, value in implied.items())
+        return day if agrees else None
+
+    def _hour(self) -> int | None:
+        """The hour from 15, or 3 and PM, as Go's time.Parse reads them (3 without PM is
+        before noon, except 12), if they agree."""
+        numbers = self.numbers
+        hour = numbers.get("hour")
+        if "hour12" in numbers:
+            twelve = numbers["hour12"]
+            from_twelve = twelve % 12 + 12 * numbers.get("pm", int(twelve == 12))
+            if hour not in (None, from_twelve):
+                return None
+            hour = from_twelve
+        if hour is None:
+            return 12 * numbers.get("pm", 0)
+        return hour if numbers.get("pm", int(hour >= 12)) == int(hour >= 12) else None
+
+    def _placed(self, naive: datetime, zone: tzinfo | None) -> datetime | None:
+        """An offset in the name wins; else an abbreviation must be zone's at that time
+        (it also tells which of a repeated autumn hour), or UTC's; else zone says."""
+        offset = self.numbers.get("offset")
+        if offset is not None:
+            return naive.replace(tzinfo=timezone(timedelta(seconds=offset)))
+        if self.zone_name is None:
+            return _in_zone(naive, zone)
+        for fold in (0, 1):
+            placed = _in_zone(naive.replace(fold=fold), zone)
+            if placed.tzname() == self.zone_name:
+                return placed
+        return naive.replace(tzinfo=UTC) if self.zone_name in ("UTC", "GMT") else None
+
+
+def _in_zone(naive: datetime, zone: tzinfo | None) -> datetime:
+    """naive as a wall-clock time in zone, the local zone if None."""
+    return naive.astimezone() if zone is None else naive.replace(tzinfo=zone)
 
 
 class _Std(Protocol):
-    """A layout token: what it prints for an instant."""
+    """A layout token: what it prints for an instant, and how that text reads back."""
+
+    @property
+    def pattern(self) -> str:
+        """A regex matching every text render() can print."""
+        ...
 
     def render(self, when: datetime) -> str: ...
+
+    def read(self, text: str, reading: _Reading) -> bool:
+        """Note in reading what text (a match of pattern) says; False if it cannot be."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """A calendar or clock field a token prints, and the values it can hold."""
+
+    name: str
+    value: Callable[[datetime], int]
+    values: range
 
 
 @dataclass(frozen=True)
 class _Field:
-    """A calendar or clock field (month, day, hour...) and the way one token prints it."""
+    """A field (month, day, hour...) and the way one token prints it."""
 
-    value: Callable[[datetime], int]
+    slot: _Slot
     show: Callable[[int], str]
+    values: range | None = None  # those it can stand for, when fewer than the slot's
+    regex: str | None = None  # what it prints, when listing every text would be too long
 
     def render(self, when: datetime) -> str:
-        return self.show(self.value(when))
+        return self.show(self.slot.value(when))
+
+    @cached_property
+    def _by_text(self) -> dict[str, int]:
+        return {self.show(value): value for value in self.values or self.slot.values}
+
+    @cached_property
+    def pattern(self) -> str:
+        """Every text it prints, longest first: a field reads as many digits as it can,
+        as in Go's time.Parse, and fewer only if the rest of the name needs it."""
+        longest_first = sorted(self._by_text, key=len, reverse=True)
+        return self.regex or "|".join(map(re.escape, longest_first))
+
+    def read(self, text: str, reading: _Reading) -> bool:
+        value = self._by_text.get(text)
+        return value is not None and reading.set(self.slot.name, value)
 
 
 @dataclass(frozen=True)
@@ -78,6 +192,26 @@ class _Offset:
             text += f"{separator}{_go_int(int(math.fmod(sub_minute, 60)), 2)}"  # Go's %
         return text
 
+    @property
+    def pattern(self) -> str:
+        # Sub-minute offsets west of Greenwich (Go's "+00:00:-52") are left out: only
+        # local mean times before 1900 have them.
+        two_digits = (":" if self.colons else "") + "[0-9]{2}"
+        numeric = "[+-][0-9]{2}" + two_digits * (self.minutes + self.seconds)
+        return "Z|" + numeric if self.z_for_utc else numeric
+
+    def read(self, text: str, reading: _Reading) -> bool:
+        return _read_offset(text, reading)
+
+
+def _read_offset(text: str, reading: _Reading) -> bool:
+    """Z, +05, -0700, +05:45:00... as seconds east of UTC."""
+    if text == "Z":
+        return reading.set("offset", 0)
+    digits = text[1:].replace(":", "").ljust(6, "0")
+    seconds = int(digits[:2]) * 3600 + int(digits[2:4]) * 60 + int(digits[4:])
+    return seconds < 24 * 3600 and reading.set("offset", -seconds if text[0] == "-" else seconds)
+
 
 @dataclass(frozen=True)
 class _ZoneName:
@@ -85,6 +219,16 @@ class _ZoneName:
 
     def render(self, when: datetime) -> str:
         return when.tzname() or _NUMERIC_ZONE.render(when)
+
+    @property
+    def pattern(self) -> str:
+        # tz database zones without a name have a numeric one: "-03", "+0545".
+        return "[A-Za-z]{3,5}|[+-][0-9]{2}(?:[0-9]{2})?"
+
+    def read(self, text: str, reading: _Reading) -> bool:
+        if text[0] in "+-":
+            return _read_offset(text, reading)
+        return reading.set_zone_name(text)
 
 
 @dataclass(frozen=True)
@@ -99,11 +243,26 @@ class _Fraction:
         nanoseconds = when.microsecond * 1000
         if self.trim and nanoseconds == 0:
             return ""
-        shown = f"{nanoseconds:09d}"[: self.digits]  # Go prints at most 9 digits
+        shown = f"{nanoseconds:09d}"[: self._shown]
         if self.trim:
             shown = shown.rstrip("0")
             return self.separator + shown if shown else ""
         return self.separator + shown
+
+    @property
+    def _shown(self) -> int:
+        return min(self.digits, 9)  # Go prints at most 9 digits
+
+    @property
+    def pattern(self) -> str:
+        separator = re.escape(self.separator)
+        if self.trim:
+            return f"(?:{separator}[0-9]{{0,{self._shown - 1}}}[1-9])?"
+        return f"{separator}[0-9]{{{self._shown}}}"
+
+    def read(self, text: str, reading: _Reading) -> bool:
+        nanoseconds = int(text[1:].ljust(9, "0"))
+        return reading.set("microsecond", nanoseconds // 1000)
 
 
 def _offset_seconds(when: datetime) -> int:
@@ -147,7 +306,7 @@ def _year(when: datetime) -> int:
     return when.year
 
 
-def _year_day(when: datetime) -> int:
+def _year_day(when: date) -> int:
     return when.timetuple().tm_yday
 
 
@@ -155,8 +314,12 @@ def _weekday(when: datetime) -> int:
     return when.weekday()
 
 
-def _hour12(hour: int) -> int:
-    return hour % 12 or 12  # noon is 12PM, midnight 12AM
+def _hour12(when: datetime) -> int:
+    return when.hour % 12 or 12  # noon is 12PM, midnight 12AM
+
+
+def _pm(when: datetime) -> int:
+    return int(when.hour >= 12)
 
 
 def _long_month(month: int) -> str:
@@ -167,32 +330,47 @@ def _long_day(weekday: int) -> str:
     return _LONG_DAYS[weekday]
 
 
+def _two_digits(value: int) -> str:
+    return f"{value:02d}"
+
+
+_YEAR = _Slot("year", _year, range(1, 10000))
+_MONTH = _Slot("month", _month, range(1, 13))
+_DAY = _Slot("day", _day, range(1, 32))
+_YEAR_DAY = _Slot("year_day", _year_day, range(1, 367))
+_WEEKDAY = _Slot("weekday", _weekday, range(7))
+_HOUR = _Slot("hour", _hour, range(24))
+_HOUR12 = _Slot("hour12", _hour12, range(1, 13))
+_PM = _Slot("pm", _pm, range(2))
+_MINUTE = _Slot("minute", _minute, range(60))
+_SECOND = _Slot("second", _second, range(60))
 _NUMERIC_ZONE = _Offset(minutes=True, seconds=False, colons=False, z_for_utc=False)
 
 # Every token of Go's time.Format, by its text in a layout.
 _LAYOUT_TOKENS: dict[str, _Std] = {
-    "January": _Field(_month, _long_month),
-    "Jan": _Field(_month, lambda month: _long_month(month)[:3]),
-    "1": _Field(_month, str),
-    "01": _Field(_month, "{:02d}".format),
-    "Monday": _Field(_weekday, _long_day),
-    "Mon": _Field(_weekday, lambda weekday: _long_day(weekday)[:3]),
-    "2": _Field(_day, str),
-    "_2": _Field(_day, "{:2d}".format),
-    "02": _Field(_day, "{:02d}".format),
-    "__2": _Field(_year_day, "{:3d}".format),
-    "002": _Field(_year_day, "{:03d}".format),
-    "15": _Field(_hour, "{:02d}".format),
-    "3": _Field(_hour, lambda hour: str(_hour12(hour))),
-    "03": _Field(_hour, lambda hour: f"{_hour12(hour):02d}"),
-    "4": _Field(_minute, str),
-    "04": _Field(_minute, "{:02d}".format),
-    "5": _Field(_second, str),
-    "05": _Field(_second, "{:02d}".format),
-    "2006": _Field(_year, "{:04d}".format),
-    "06": _Field(_year, lambda year: f"{year % 100:02d}"),
-    "PM": _Field(_hour, lambda hour: "PM" if hour >= 12 else "AM"),
-    "pm": _Field(_hour, lambda hour: "pm" if hour >= 12 else "am"),
+    "January": _Field(_MONTH, _long_month),
+    "Jan": _Field(_MONTH, lambda month: _long_month(month)[:3]),
+    "1": _Field(_MONTH, str),
+    "01": _Field(_MONTH, _two_digits),
+    "Monday": _Field(_WEEKDAY, _long_day),
+    "Mon": _Field(_WEEKDAY, lambda weekday: _long_day(weekday)[:3]),
+    "2": _Field(_DAY, str),
+    "_2": _Field(_DAY, "{:2d}".format),
+    "02": _Field(_DAY, _two_digits),
+    "__2": _Field(_YEAR_DAY, "{:3d}".format),
+    "002": _Field(_YEAR_DAY, "{:03d}".format),
+    "15": _Field(_HOUR, _two_digits),
+    "3": _Field(_HOUR12, str),
+    "03": _Field(_HOUR12, _two_digits),
+    "4": _Field(_MINUTE, str),
+    "04": _Field(_MINUTE, _two_digits),
+    "5": _Field(_SECOND, str),
+    "05": _Field(_SECOND, _two_digits),
+    "2006": _Field(_YEAR, "{:04d}".format, regex="[0-9]{4}"),
+    # Go reads 69-99 as 19xx, 00-68 as 20xx.
+    "06": _Field(_YEAR, lambda year: _two_digits(year % 100), values=range(1969, 2069)),
+    "PM": _Field(_PM, lambda pm: "PM" if pm else "AM"),
+    "pm": _Field(_PM, lambda pm: "pm" if pm else "am"),
     "MST": _ZoneName(),
     "Z070000": _Offset(minutes=True, seconds=True, colons=False, z_for_utc=True),
     "Z07:00:00": _Offset(minutes=True, seconds=True, colons=True, z_for_utc=True),
@@ -393,3 +571,174 @@ def _inside(name: str) -> PurePosixPath:
     if normal == ".." or normal.startswith("../"):
         raise BadName(f"--filename-format gives {name!r}, a file outside its directory")
     return PurePosixPath(normal)
+
+
+# ---------------------------------------------------------------------------------------
+# Names read back: topic, host, revision and datetime from a file's name
+
+
+@dataclass(frozen=True)
+class ParsedName:
+    """What a file's name says; None for what its filename format does not hold."""
+
+    topic: str
+    host: str | None
+    when: datetime | None  # aware, to the datetime format's precision
+    rev: int | None  # None: no revision in the name (Go drops <REV> when not required)
+    gzip: bool  # the name ends in .gz
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class _DatetimePart:
+    """A chunk of the datetime layout as a name is read: its regex, and the token that
+    reads its text (None for literal text)."""
+
+    regex: re.Pattern[str]
+    token: _Std | None
+
+    @classmethod
+    def of(cls, chunk: LayoutChunk) -> _DatetimePart:
+        if isinstance(chunk, str):
+            return cls(re.compile(re.escape(chunk)), None)
+        return cls(re.compile(f"(?:{chunk.pattern})"), chunk)
+
+
+def _reading(parts: tuple[_DatetimePart, ...], texts: list[str]) -> _Reading | None:
+    reading = _Reading()
+    for part, text in zip(parts, texts, strict=True):
+        if part.token is not None and not part.token.read(text, reading):
+            return None
+    return reading
+
+
+def _splits(parts: tuple[_DatetimePart, ...], text: str, start: int = 0) -> Iterator[list[str]]:
+    """Every way to read text as the parts in turn, each part as long as it can be first."""
+    if not parts:
+        if start == len(text):
+            yield []
+        return
+    for end in range(len(text), start - 1, -1):
+        if parts[0].regex.fullmatch(text, start, end):
+            for rest in _splits(parts[1:], text, end):
+                yield [text[start:end], *rest]
+
+
+def _gives_a_date(parts: tuple[_DatetimePart, ...]) -> bool:
+    slots = {part.token.slot.name for part in parts if isinstance(part.token, _Field)}
+    return "year" in slots and ({"month", "day"} <= slots or "year_day" in slots)
+
+
+_NAME_TOKEN = re.compile("(<TOPIC>|<HOST>|<PID>|<REV>|<DATETIME>)")
+_NAME_TOKEN_REGEXES = {
+    "<TOPIC>": r"[.a-zA-Z0-9_-]{1,64}(?:#ephemeral)?",  # nsqd's valid topic names
+    "<HOST>": "[^/]+?",
+    "<PID>": "[0-9]+",
+    "<REV>": "(?:-[0-9]{6,})?",  # Go's -%06d, or nothing where Go dropped <REV>
+}
+# A topic or host just before <REV> does not end in what <REV> would read (a revision
+# past 999999 right after a topic still reads as the topic's).
+_NOT_A_REV_BEFORE = "(?<!-[0-9]{6})"
+
+
+def _name_regex(filename_format: str, datetime_regex: str) -> str:
+    """The regex of every name the format gives: each token a named group the first
+    time, the same text again after that (Go replaces every occurrence)."""
+    regexes = {**_NAME_TOKEN_REGEXES, "<DATETIME>": datetime_regex}
+    pieces: list[str] = []
+    defined: set[str] = set()
+    previous = ""
+    for piece in filter(None, _NAME_TOKEN.split(filename_format)):
+        group = piece[1:-1].lower()
+        if piece not in regexes:
+            pieces.append(re.escape(piece))
+        elif piece in defined:
+            pieces.append(f"(?P={group})")
+        else:
+            if piece == "<REV>" and previous in ("<TOPIC>", "<HOST>"):
+                pieces.append(_NOT_A_REV_BEFORE)
+            pieces.append(f"(?P<{group}>{regexes[piece]})")
+            defined.add(piece)
+        previous = piece
+    if not filename_format.endswith(".gz"):
+        pieces.append(r"(?:\.gz)?")  # what nsq_to_file --gzip appends
+    return "".join(pieces)
+
+
+@dataclass(frozen=True)
+class NameParser:
+    """nsq_to_file's naming read backwards: a file's topic, host, revision and datetime
+    from its name, given the --filename-format and --datetime-format it ran with.
+
+    Where a name can be read several ways, the first of these wins: the topic as long as
+    it can be and the host as short as it can be (a host's dots would otherwise be read
+    as the topic's, and a trailing -NNNNNN as its revision); then each datetime field as
+    wide as it can be (as Go's time.Parse reads), but only a reading whose fields make
+    a date (no month 13, no 30 February, a weekday that is that date's) is taken, so
+    unpadded fields that run together ("v1" makes a month) read as the valid date. The
+    datetime's place in the name is the regex's first: only its fields are read again.
+    """
+
+    regex: re.Pattern[str]
+    datetime_parts: tuple[_DatetimePart, ...]
+    zone: tzinfo | None  # of names without an offset; None: the local zone
+
+    @classmethod
+    def build(
+        cls, filename_format: str, datetime_format: str, *, zone: tzinfo | None = None
+    ) -> NameParser:
+        """zone: where nsq_to_file ran (it names files by local time), if not here."""
+        if "\x00" in filename_format + datetime_format:
+            raise BadName("file names cannot contain a NUL character")
+        # As Go's path.Join places a name (see _inside); the tokens stay whole.
+        placed_format = posixpath.normpath(filename_format.lstrip("/"))
+        if "<TOPIC>" not in placed_format:
+            raise BadName(
+                f"--filename-format {filename_format!r} has no <TOPIC>: "
+                "a file's topic must come from its name"
+            )
+        parts = tuple(map(_DatetimePart.of, _datetime_chunks(datetime_format)))
+        if "<DATETIME>" in placed_format and not _gives_a_date(parts):
+            raise BadName(
+                f"--datetime-format {datetime_format!r} gives no date "
+                "(year, and month and day or day of the year)"
+            )
+        datetime_regex = "".join(
+            f"(?P<d{index}>{part.regex.pattern})" for index, part in enumerate(parts)
+        )
+        regex = re.compile(_name_regex(placed_format, datetime_regex))
+        return cls(regex=regex, datetime_parts=parts, zone=zone)
+
+    def parse(self, relative_path: str) -> ParsedName | None:
+        """relative_path: the file's path under the directory nsq_to_file wrote to, with
+        '/' between directories. None if the format does not give that name."""
+        match = self.regex.fullmatch(relative_path)
+        if match is None:
+            return None
+        groups = match.groupdict()
+        when = None
+        if "datetime" in groups:
+            when = self._when(match)
+            if when is None:
+                return None
+        rev, pid = groups.get("rev"), groups.get("pid")
+        return ParsedName(
+            topic=groups["topic"],
+            host=groups.get("host"),
+            when=when,
+            rev=int(rev[1:]) if rev else None,
+            gzip=relative_path.endswith(".gz"),
+            pid=None if pid is None else int(pid),
+        )
+
+    def _when(self, match: re.Match[str]) -> datetime | None:
+        """The datetime as the regex read it or, if that is no date, the first reading
+        of the same text that is."""
+        parts = self.datetime_parts
+        first = [match[f"d{index}"] for index in range(len(parts))]
+        for texts in itertools.chain([first], _splits(parts, match["datetime"])):
+            reading = _reading(parts, texts)
+            when = None if reading is None else reading.when(self.zone)
+            if when is not None:
+                return when
+        return None
