@@ -149,3 +149,43 @@ def durable_nsq() -> Iterator[LocalNsq]:
     finally:
         local.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- Spark -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One SparkSession (local[2]) for the whole test run: its start costs seconds. The
+    `nsq archive` commands run in-process use it (an existing session is theirs to use,
+    not to stop)."""
+    from nsqtools.spark.session import SparkSettings, start
+
+    log_file = Path(tempfile.gettempdir(), "nsqtools-tests-spark.log")
+    session, _existed = start(SparkSettings(master="local[2]"), log_file)
+    yield session
+    session.stop()
+
+
+@dataclass(frozen=True)
+class ArchiveRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def nsq_archive(spark: Any, capsys: pytest.CaptureFixture[str]) -> Callable[..., ArchiveRun]:
+    """Runs `nsq archive ARGS...` in this process as the program would (exit status, one
+    line errors), on the test run's SparkSession."""
+    from nsqtools.commands.archive import command
+    from nsqtools.commands.front import run as run_program
+
+    def run(*args: str) -> ArchiveRun:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            run_program(command, "nsq archive", list(args))
+        captured = capsys.readouterr()
+        return ArchiveRun(int(exited.value.code or 0), captured.out, captured.err)
+
+    return run

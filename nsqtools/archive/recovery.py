@@ -6,7 +6,8 @@ well begin with a gzip body) is a series of members, one per sync; it is cut aft
 last complete member (its deflate stream ended and its CRC32 and length trailer check)
 at which the content read so far is empty or ends in b"\\n", so that it always
 decompresses to whole lines. Both are read in blocks, so memory stays bounded however
-large the file or its content.
+large the file or its content. gzip_pieces, the member-by-member reading, also serves the
+archive jobs (reading.py).
 
 Synchronous and blocking: the archive sink calls it from a worker thread.
 """
@@ -72,34 +73,62 @@ def _whole_gzip_length(file: BinaryIO) -> int:
 def _complete_members(file: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """(where it ends in the file, the last byte of its content or b"") for each member,
     in order, until the file ends inside one or one is corrupt."""
+    last_byte = b""
+    for piece in gzip_pieces(file):
+        last_byte = piece.content[-1:] or last_byte
+        if piece.member_end is not None:
+            yield piece.member_end, last_byte
+            last_byte = b""
+
+
+@dataclass(frozen=True)
+class GzipPiece:
+    """What reading a gzip file gives, in order: a block of a member's content; the end
+    of a member (member_end, its offset in the file); or, last, why the file cannot be
+    read further (damage)."""
+
+    content: bytes = b""
+    member_end: int | None = None
+    damage: str | None = None
+
+
+def gzip_pieces(file: BinaryIO, block_size: int = _BLOCK_SIZE) -> Iterator[GzipPiece]:
+    """The content of each member of a gzip file, a block at a time, each member's end,
+    and a last piece naming the damage if the file ends inside a member or one is
+    corrupt. Memory stays bounded by the block size."""
     read_end = 0  # the file offset after the bytes read so far
     pending = b""  # bytes read but not yet given to an inflater: the next member's start
     while True:
         inflater = zlib.decompressobj(_GZIP_WBITS)
-        last_byte = b""
+        started = False
         while not inflater.eof:
             if not pending:
-                pending = file.read(_BLOCK_SIZE)
+                pending = file.read(block_size)
                 if not pending:
-                    return  # torn: the file ends before this member does
+                    if started:
+                        yield GzipPiece(damage=f"cut inside a gzip member (at byte {read_end})")
+                    return
                 read_end += len(pending)
+            started = True
             try:
-                last_byte = _inflate(inflater, pending) or last_byte
+                yield from _inflate(inflater, pending, block_size)
             except zlib.error:
-                return  # corrupt: a bad header, deflate stream, CRC32 or length
+                at = read_end - len(pending)
+                yield GzipPiece(damage=f"a corrupt gzip member (at byte {at})")
+                return
             pending = inflater.unused_data
-        yield read_end - len(pending), last_byte
+        yield GzipPiece(member_end=read_end - len(pending))
 
 
-def _inflate(inflater: zlib._Decompress, data: bytes) -> bytes:
+def _inflate(inflater: zlib._Decompress, data: bytes, block_size: int) -> Iterator[GzipPiece]:
     """Give `data` to the inflater, taking at most a block of content at a time (a
-    small member may inflate to gigabytes); the last byte of that content, or b""."""
-    last_byte = b""
+    small member may inflate to gigabytes)."""
     while True:
-        content = inflater.decompress(data, _BLOCK_SIZE)
-        last_byte = content[-1:] or last_byte
+        content = inflater.decompress(data, block_size)
+        if content:
+            yield GzipPiece(content=content)
         data = inflater.unconsumed_tail
         # Content zlib still holds when the input runs out comes with the next input:
         # with the trailer, at the latest.
         if inflater.eof or not data:
-            return last_byte
+            return

@@ -38,6 +38,7 @@ OWN_SUBCOMMANDS = {
     "unpause": (_ADMIN, "unpause_command"),
     "tombstone": (_ADMIN, "tombstone_command"),
     "bench": ("nsqtools.commands.bench", "command"),
+    "archive": ("nsqtools.commands.archive", "command"),
 }
 
 

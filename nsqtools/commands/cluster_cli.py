@@ -129,10 +129,10 @@ class Table:
         self.rows.append((list(cells), style))
 
 
-def new_console() -> Console:
+def new_console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console()
+    return Console(stderr=stderr)
 
 
 def print_tables(console: Console, tables: Sequence[Table]) -> None:

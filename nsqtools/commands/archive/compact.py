@@ -1,0 +1,131 @@
+"""`nsq archive compact SRC... --out DIR`: archives → Parquet partitioned by topic, date
+and hour (UTC), envelopes deduplicated by message id (nsqtools.spark.compact), and a
+summary: files, damaged files, rows read, left out and written, partitions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nsqtools.commands.archive.jobs import (
+    archive_options,
+    find_archives,
+    run_job,
+    sources_argument,
+)
+from nsqtools.commands.cluster_cli import Column, Table, new_console, print_tables
+from nsqtools.commands.front import CONTEXT_SETTINGS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from nsqtools.spark.compact import Compacted
+    from nsqtools.spark.messages import ArchiveFile
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    files: list[ArchiveFile]
+    compacted: Compacted
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@sources_argument
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory: Parquet under topic=T/date=YYYY-MM-DD/hour=H/ (UTC).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@archive_options
+def command(**options: Any) -> None:
+    """Compact archives (files or directories) into Parquet, by topic, date and hour.
+
+    \b
+    Envelope archives (nsq_to_file --format json) are deduplicated by message id: of a
+    message written twice (a requeue, a crash), the copy with the fewest attempts stays.
+    Raw archives cannot be deduplicated. Each partition written replaces the one of the
+    same name in DIR, whole: a job killed halfway leaves no partial partition, and the
+    same input always gives the same rows.
+    """
+    out: Path = options["out"].absolute()
+    console = new_console()
+    run = run_job(
+        options,
+        find_archives(options),
+        lambda spark, files: _compact(spark, files, out),
+        new_console(stderr=True),
+    )
+    outcome = run.result
+    if options["as_json"]:
+        click.echo(json.dumps(_summary_json(outcome, run.seconds), sort_keys=True))
+    else:
+        print_tables(console, _summary_tables(outcome, out))
+
+
+def _compact(spark: SparkSession, files: list[ArchiveFile], out: Path) -> _Outcome:
+    from nsqtools.spark.compact import compact
+    from nsqtools.spark.messages import read_messages
+
+    return _Outcome(files, compact(spark, read_messages(spark, files), out))
+
+
+def _damaged(files: list[ArchiveFile]) -> list[dict[str, str]]:
+    return [
+        {"file": file.report.path, "damage": file.report.damage}
+        for file in files
+        if file.report.damage is not None
+    ]
+
+
+def _raw_files(files: list[ArchiveFile]) -> int:
+    return sum(file.report.format == "raw" for file in files)
+
+
+def _summary_json(outcome: _Outcome, seconds: dict[str, float]) -> dict[str, Any]:
+    compacted = outcome.compacted
+    return {
+        "files": len(outcome.files),
+        "raw_files": _raw_files(outcome.files),
+        "damaged": _damaged(outcome.files),
+        "rows_read": compacted.rows_read,
+        "malformed": compacted.malformed,
+        "duplicates": compacted.duplicates,
+        "rows_written": compacted.rows_written,
+        "partitions": compacted.partitions,
+        "seconds": {name: round(value, 3) for name, value in seconds.items()},
+    }
+
+
+def _summary_tables(outcome: _Outcome, out: Path) -> list[Table]:
+    compacted = outcome.compacted
+    summary = Table([Column("what"), Column("count", numeric=True)], title=f"Compacted into {out}")
+    rows = [
+        ("files", len(outcome.files)),
+        ("damaged files (their whole lines used)", len(_damaged(outcome.files))),
+        ("rows read", compacted.rows_read),
+        ("malformed lines left out", compacted.malformed),
+        ("duplicates left out", compacted.duplicates),
+        ("rows written", compacted.rows_written),
+        ("partitions written", len(compacted.partitions)),
+    ]
+    for what, count in rows:
+        summary.add([what, f"{count:,}"])
+    tables = [summary]
+    raw = _raw_files(outcome.files)
+    if raw:
+        summary.title += f" ({raw} raw archives: not deduplicated, they carry no message id)"
+    damaged = _damaged(outcome.files)
+    if damaged:
+        table = Table([Column("damaged file"), Column("damage")], title="Damaged files")
+        for entry in damaged:
+            table.add([entry["file"], entry["damage"]])
+        tables.append(table)
+    return tables

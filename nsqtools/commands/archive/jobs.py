@@ -1,0 +1,240 @@
+"""What the `nsq archive` subcommands share: the archive options, and running a job on
+a SparkSession with a progress display on stderr (a terminal only) and Spark's failures
+as one line.
+
+The session is started while the archives are scanned (both take seconds); a session
+that already exists (spark-submit's, or a test run's) is used and left running.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import click
+
+from nsqtools.commands.front import fail
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from rich.console import Console
+
+    from nsqtools.spark.messages import ArchiveFile
+    from nsqtools.spark.progress import StageProgress
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+GO_FILENAME_FORMAT = "<TOPIC>.<HOST><REV>.<DATETIME>.log"  # nsq_to_file's defaults
+GO_DATETIME_FORMAT = "%Y-%m-%d_%H"
+_SPARK_MISSING = "nsq archive needs PySpark: pip install 'nsqtools[spark]' (and Java 17 or newer)"
+
+
+def sources_argument(function: F) -> F:
+    return click.argument("sources", nargs=-1, required=True, metavar="SRC...")(function)
+
+
+def archive_options(function: F) -> F:
+    """How to read the archives' names and lines."""
+    decorators = [
+        click.option(
+            "--filename-format",
+            default=GO_FILENAME_FORMAT,
+            show_default=True,
+            help="The --filename-format nsq_to_file ran with: where a file's topic, host "
+            "and time are in its name (relative to the SRC directory).",
+        ),
+        click.option(
+            "--datetime-format",
+            default=GO_DATETIME_FORMAT,
+            show_default=True,
+            help="The --datetime-format nsq_to_file ran with (strftime).",
+        ),
+        click.option(
+            "--timezone",
+            metavar="ZONE",
+            help="The zone nsq_to_file named files in (its local time), e.g. Europe/Paris; "
+            "default: this machine's.",
+        ),
+        click.option(
+            "--format",
+            "archive_format",
+            type=click.Choice(["auto", "json", "raw"]),
+            default="auto",
+            show_default=True,
+            help="Archive lines: JSON envelopes (nsq_to_file --format json) or raw bodies; "
+            "auto tells by each file's first line.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return spark_options(function)
+
+
+def spark_options(function: F) -> F:
+    decorators = [
+        click.option(
+            "--master",
+            help="Spark master URL: local[N], spark://host:port, yarn... "
+            "[default: local[*], or spark-submit's]",
+        ),
+        click.option(
+            "--conf",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A Spark setting, as spark-submit's --conf (may be given multiple times).",
+        ),
+        click.option(
+            "--verbose",
+            is_flag=True,
+            help="Show Spark's own warnings and output (by default they go to a log file, "
+            "named when a job fails).",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+@dataclass
+class JobRun(Generic[T]):
+    """A job's result and where the time went."""
+
+    result: T
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def find_archives(options: dict[str, Any]) -> Callable[[], list[ArchiveFile]]:
+    """The scan of the archives options name, checked now and run later (beside the
+    session's start)."""
+    from nsqtools.archive.names import BadName, NameParser
+
+    try:
+        zone = ZoneInfo(options["timezone"]) if options["timezone"] else None
+    except (ZoneInfoNotFoundError, ValueError):
+        fail(f"--timezone {options['timezone']!r}: not a time zone name (e.g. Europe/Paris)")
+    try:
+        names = NameParser.build(options["filename_format"], options["datetime_format"], zone=zone)
+    except BadName as error:
+        fail(str(error))
+    archive_format = None if options["archive_format"] == "auto" else options["archive_format"]
+
+    def scan() -> list[ArchiveFile]:
+        from nsqtools.spark.messages import find_archives as found
+
+        return found(options["sources"], names, archive_format)
+
+    return scan
+
+
+def run_job(
+    options: dict[str, Any],
+    prepare: Callable[[], Any],
+    job: Callable[[SparkSession, Any], T],
+    console: Console,
+) -> JobRun[T]:
+    """Start Spark while prepare() runs, then job(session, prepared), with progress on
+    the console; Spark's failures end the command in one line."""
+    try:
+        from nsqtools.spark import session
+    except ImportError:
+        fail(_SPARK_MISSING)
+    settings = _settings(options)
+    log_file = session.default_log_file()
+    seconds: dict[str, float] = {}
+    try:
+        with _Progress(console) as progress:
+            progress.status("starting Spark and scanning the archives")
+            with ThreadPoolExecutor(1) as pool:
+                prepared = pool.submit(_timed, prepare)
+                started = time.perf_counter()
+                spark, existed = session.start(settings, log_file)
+                seconds["session"] = time.perf_counter() - started
+                value, seconds["scan"] = prepared.result()
+            started = time.perf_counter()
+            try:
+                result = progress.follow(spark, lambda: job(spark, value))
+            finally:
+                seconds["job"] = time.perf_counter() - started
+                if not existed:
+                    spark.stop()
+    except Exception as error:
+        if not session.is_spark_error(error):
+            raise
+        fail(f"Spark: {_first_line(error)} (Spark's log: {log_file})")
+    log_file.unlink(missing_ok=True)
+    return JobRun(result, seconds)
+
+
+def _settings(options: dict[str, Any]) -> Any:
+    from nsqtools.spark.session import ConfError, SparkSettings, parse_conf
+
+    try:
+        conf = parse_conf(options["conf"])
+    except ConfError as error:
+        fail(str(error))
+    return SparkSettings(master=options["master"], conf=conf, verbose=options["verbose"])
+
+
+def _timed(call: Callable[[], T]) -> tuple[T, float]:
+    started = time.perf_counter()
+    return call(), time.perf_counter() - started
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+class _Progress:
+    """A line of status and one bar per running Spark stage, on a terminal only."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._live: Any = None
+        self._tasks: dict[int, Any] = {}
+
+    def __enter__(self) -> _Progress:
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            self._live = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} tasks"),
+                console=self.console,
+                transient=True,
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def status(self, text: str) -> None:
+        if self._live is not None:
+            self._status = self._live.add_task(text, total=None)
+
+    def follow(self, spark: SparkSession, job: Callable[[], T]) -> T:
+        if self._live is None:
+            return job()
+        from nsqtools.spark.progress import watched
+
+        self._live.remove_task(self._status)
+        with watched(spark, self._show):
+            return job()
+
+    def _show(self, stages: list[StageProgress]) -> None:
+        active = {stage.stage_id for stage in stages}
+        for stage_id in set(self._tasks) - active:
+            self._live.remove_task(self._tasks.pop(stage_id))
+        for stage in stages:
+            if stage.stage_id not in self._tasks:
+                description = f"stage {stage.stage_id}"
+                self._tasks[stage.stage_id] = self._live.add_task(description, total=stage.tasks)
+            self._live.update(self._tasks[stage.stage_id], completed=stage.tasks_done)

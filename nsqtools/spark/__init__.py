@@ -1,0 +1,11 @@
+"""The PySpark jobs over nsq_to_file's archives (nsq archive): the only package that
+imports pyspark, an optional extra (pip install 'nsqtools[spark]').
+
+- session.py: the SparkSession (master, --conf, Spark's own logs kept quiet);
+- messages.py: archives as one DataFrame of messages, whatever their format and damage;
+- compact.py, stats.py, query.py, replay.py: the jobs;
+- commit.py: compacted partitions made visible whole, or not at all;
+- progress.py: what Spark is doing, for a progress display.
+
+The transforms are kept apart from the session set-up, so the tests share one session.
+"""

@@ -1,0 +1,133 @@
+"""nsq archive compact on archives made here (envelopes with copies, raw bodies, damaged
+files), on the test run's SparkSession; the end to end run from a real nsqd through
+nsq_to_file is in test_archive_pipeline.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from nsqtools import formats
+from nsqtools.protocol import Message
+from tests.conftest import ArchiveRun
+
+ORIGIN = formats.Origin("orders", "archive", "127.0.0.1:4150")
+HOUR_NS = 3_600 * 10**9
+BASE_NS = int(datetime(2026, 11, 23, tzinfo=UTC).timestamp()) * 10**9
+
+
+def message(index: int, attempts: int = 1, body: bytes | None = None) -> Message:
+    return Message(
+        id=b"%016x" % index,
+        timestamp=BASE_NS + index * HOUR_NS // 2,
+        attempts=attempts,
+        body=body if body is not None else b"body %d" % index,
+    )
+
+
+def envelopes(path: Path, messages: list[Message]) -> Path:
+    path.write_bytes(gzip.compress(formats.json_lines(messages, ORIGIN)))
+    return path
+
+
+def written_rows(spark: Any, out: Path) -> list[Any]:
+    return spark.read.parquet(str(out)).orderBy("id", "body").collect()
+
+
+def summary(run: ArchiveRun) -> dict[str, Any]:
+    assert run.exit_code == 0, run.stderr
+    document: dict[str, Any] = json.loads(run.stdout)
+    return document
+
+
+def test_copies_of_a_message_are_kept_once_the_first_delivery(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    envelopes(source / "orders.host-000000.2026-11-23_00.log.gz", [message(i) for i in range(4)])
+    # A requeue wrote message 1 again, with one more attempt, in a later file.
+    envelopes(source / "orders.host-000001.2026-11-23_01.log.gz", [message(1, 2), message(4)])
+    out = tmp_path / "out"
+    result = summary(nsq_archive("compact", str(source), "--out", str(out), "--json"))
+    assert (result["rows_read"], result["duplicates"], result["rows_written"]) == (6, 1, 5)
+    rows = written_rows(spark, out)
+    assert [(row.id, row.attempts) for row in rows] == [(f"{i:016x}", 1) for i in range(5)]
+    assert {row.hour for row in rows} == {0, 1, 2}
+    assert result["partitions"] == {
+        "topic=orders/date=2026-11-23/hour=0": 2,
+        "topic=orders/date=2026-11-23/hour=1": 2,
+        "topic=orders/date=2026-11-23/hour=2": 1,
+    }
+
+
+def test_the_same_input_twice_gives_the_same_rows(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    source = envelopes(tmp_path / "orders.h-000000.2026-11-23_00.log.gz", [message(0)])
+    out = tmp_path / "out"
+    first = summary(nsq_archive("compact", str(source), "--out", str(out), "--json"))
+    rows = written_rows(spark, out)
+    second = summary(nsq_archive("compact", str(source), "--out", str(out), "--json"))
+    assert written_rows(spark, out) == rows
+    assert first["partitions"] == second["partitions"]
+    assert not list(out.glob(".staging-*"))
+
+
+def test_bodies_stay_byte_equal_in_both_formats(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    bodies = [b"line\nbreak", b"\xff\xfe not utf-8", b"carriage\r", b'{"json": true}']
+    envelopes(
+        tmp_path / "orders.h-000000.2026-11-23_00.log.gz",
+        [message(i, body=body) for i, body in enumerate(bodies)],
+    )
+    # Raw lines cannot hold a newline: the other bodies, as Go's nsq_to_file writes them.
+    raw_bodies = [body for body in bodies if b"\n" not in body]
+    (tmp_path / "clicks.h.2026-11-23_05.log").write_bytes(b"".join(b + b"\n" for b in raw_bodies))
+    out = tmp_path / "out"
+    result = summary(nsq_archive("compact", str(tmp_path), "--out", str(out), "--json"))
+    assert result["raw_files"] == 1
+    table = spark.read.parquet(str(out))
+    by_topic = {
+        topic: sorted(bytes(row.body) for row in table.where(table.topic == topic).collect())
+        for topic in ("orders", "clicks")
+    }
+    assert by_topic == {"orders": sorted(bodies), "clicks": sorted(raw_bodies)}
+    raw_hours = {row.hour for row in table.where(table.topic == "clicks").collect()}
+    assert raw_hours == {5}  # from the file's name
+
+
+def test_a_damaged_file_is_named_and_its_whole_lines_used(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    whole = envelopes(tmp_path / "orders.h-000000.2026-11-23_00.log.gz", [message(0), message(1)])
+    data = gzip.compress(formats.json_lines([message(i) for i in range(2, 2000)], ORIGIN))
+    (tmp_path / "orders.h-000001.2026-11-23_01.log.gz").write_bytes(data[: len(data) // 2])
+    plain = formats.json_lines([message(5000), message(5001)], ORIGIN)
+    (tmp_path / "orders.h-000002.2026-11-23_02.log").write_bytes(plain[:-10])
+    out = tmp_path / "out"
+    run = nsq_archive("compact", str(tmp_path), "--out", str(out))
+    assert run.exit_code == 0, run.stderr
+    assert "Damaged files" in run.stdout
+    assert "orders.h-000001.2026-11-23_01.log.gz" in run.stdout
+    assert "cut inside a gzip member" in run.stdout
+    assert "the last line is cut" in run.stdout
+    rows = written_rows(spark, out)
+    ids = {row.id for row in rows}
+    assert {f"{i:016x}" for i in (0, 1, 2, 3, 5000)} <= ids
+    assert f"{5001:016x}" not in ids
+    assert whole.exists()
+
+
+def test_a_missing_source_is_one_line(
+    tmp_path: Path, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    run = nsq_archive("compact", str(tmp_path / "nothing"), "--out", str(tmp_path / "out"))
+    assert run.exit_code == 1
+    assert run.stderr.strip().endswith("no such file or directory")
+    assert len(run.stderr.strip().splitlines()) == 1
