@@ -35,7 +35,8 @@ def envelopes(path: Path, messages: list[Message]) -> Path:
 
 
 def written_rows(spark: Any, out: Path) -> list[Any]:
-    return spark.read.parquet(str(out)).orderBy("id", "body").collect()
+    rows: list[Any] = spark.read.parquet(str(out)).orderBy("id", "body").collect()
+    return rows
 
 
 def summary(run: ArchiveRun) -> dict[str, Any]:
