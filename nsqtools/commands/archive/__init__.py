@@ -35,7 +35,23 @@ class _ArchiveGroup(click.Group):
         return command
 
 
+def _print_script(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from pathlib import Path
+
+        click.echo(Path(__file__).with_name("__main__.py"))
+        ctx.exit()
+
+
 @click.group(cls=_ArchiveGroup, context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--script",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_script,
+    help="Print the path of the script to give spark-submit, and exit.",
+)
 def command() -> None:
     """Compact, count, query and replay nsq_to_file's archives, with PySpark.
 
@@ -45,4 +61,9 @@ def command() -> None:
     archives as nsq_to_file writes them: plain or gzip, raw lines or the JSON envelope
     of --format json; give it the --filename-format and --datetime-format nsq_to_file
     ran with if they are not the defaults.
+
+    \b
+    Through spark-submit (its --master and --conf then apply), with PYSPARK_PYTHON
+    naming the Python that has nsqtools:
+      spark-submit "$(nsq archive --script)" compact SRC --out DIR
     """
