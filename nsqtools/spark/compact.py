@@ -5,9 +5,10 @@ at-least-once, so a requeue or a crash writes some messages twice, with the same
 timestamp. Of copies, the one with the fewest attempts stays (then the first file by
 name): the same input always gives the same rows. Raw rows have no id and all stay.
 
-One shuffle does it all: rows are distributed by partition (topic, date, hour), which
-the deduplication's key includes, and each output partition is then written by one
-task. The counts come from Spark's observed metrics, gathered while the job runs.
+One shuffle and one sort do it all: rows are distributed by partition (topic, date,
+hour), which the deduplication's key includes, sorted by that key within each task, and
+each output partition is then written by one task. The counts come from Spark's
+observed metrics, gathered while the job runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from nsqtools.spark import commit
@@ -77,12 +78,16 @@ def _partitioned(rows: DataFrame) -> DataFrame:
 
 def _deduplicated(rows: DataFrame) -> DataFrame:
     """Envelope rows once per key (the fewest attempts, then the first file); raw rows
-    as they are (each its own group, by a key of its own)."""
-    others = [column for column in rows.columns if column not in _KEY]
-    own_key = F.when(F.col("id").isNull(), F.expr("uuid()")).alias("raw_row")
-    first = F.min_by(F.struct(*others), F.struct("attempts", "file")).alias("kept")
-    unique = rows.groupBy(*_KEY, own_key).agg(first)
-    return unique.select(*_KEY, "kept.*").select(*rows.columns)
+    as they are (each its own group, by a key of its own).
+
+    A window, not an aggregation: its sort (partition columns first) is the one the
+    partitioned write needs anyway, and rows stream through it instead of filling a hash
+    table with whole messages.
+    """
+    own_key = F.when(F.col("id").isNull(), F.monotonically_increasing_id())
+    copies = Window.partitionBy(*_KEY, own_key).orderBy("attempts", "file")
+    ranked = rows.withColumn("copy", F.row_number().over(copies))
+    return ranked.where(F.col("copy") == 1).drop("copy")
 
 
 def _rows_by_partition(spark: SparkSession, written: Path) -> dict[str, int]:
