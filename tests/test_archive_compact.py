@@ -132,3 +132,28 @@ def test_a_missing_source_is_one_line(
     assert run.exit_code == 1
     assert run.stderr.strip().endswith("no such file or directory")
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_an_hour_compacted_in_two_runs_gives_what_one_run_gives(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    first = envelopes(tmp_path / "orders.h-000000.2026-11-23_00.log.gz", [message(0), message(1)])
+    # The second archive holds a copy of message 1 (redelivered) and a new one.
+    second = envelopes(
+        tmp_path / "orders.h-000001.2026-11-23_00.log.gz", [message(1, attempts=2), message(2)]
+    )
+    (tmp_path / "raw").mkdir()
+    raw = tmp_path / "raw" / "orders.h.2026-11-23_00.log"
+    raw.write_bytes(b"raw one\nraw two\n")
+    in_two, in_one = tmp_path / "in-two", tmp_path / "in-one"
+    summary(nsq_archive("compact", str(first), str(raw), "--out", str(in_two), "--json"))
+    result = summary(nsq_archive("compact", str(second), "--out", str(in_two), "--json"))
+    assert result["duplicates"] == 1
+    summary(
+        nsq_archive("compact", str(first), str(second), str(raw), "--out", str(in_one), "--json")
+    )
+    assert written_rows(spark, in_two) == written_rows(spark, in_one)
+    # Compacting the same archives again replaces their rows: the raw lines stay once.
+    summary(nsq_archive("compact", str(raw), str(second), "--out", str(in_two), "--json"))
+    assert written_rows(spark, in_two) == written_rows(spark, in_one)
+    assert len(written_rows(spark, in_one)) == 5

@@ -52,26 +52,27 @@ def publish(staging: Path, out: Path) -> list[str]:
     """Move every partition directory written under staging into out, each in one step,
     replacing the partition of the same name; their names relative to out."""
     published = []
-    for partition in _partitions(staging):
-        relative = partition.relative_to(staging)
-        target = out / relative
+    for relative in partitions(staging):
+        partition, target = staging / relative, out / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             _exchange(partition, target)
             shutil.rmtree(partition)  # the old partition, now at the staging path
         else:
             partition.rename(target)
-        published.append(relative.as_posix())
+        published.append(relative)
     return published
 
 
-def _partitions(staging: Path) -> list[Path]:
-    """Directories holding data files (not only directories)."""
-    return sorted(
-        Path(root)
-        for root, _directories, files in os.walk(staging)
-        if any(not name.startswith((".", "_")) for name in files)
-    )
+def partitions(directory: Path) -> list[str]:
+    """The partition directories under directory (those holding data files), relative
+    to it; hidden ones (staging) aside."""
+    found = []
+    for root, directories, files in os.walk(directory):
+        directories[:] = [name for name in directories if not name.startswith((".", "_"))]
+        if any(not name.startswith((".", "_")) for name in files):
+            found.append(Path(root).relative_to(directory).as_posix())
+    return sorted(found)
 
 
 def _exchange(first: Path, second: Path) -> None:

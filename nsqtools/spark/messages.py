@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -71,6 +73,16 @@ class ArchiveFile:
         return "file://" + self.report.path
 
 
+_GLOB_CHARACTERS = re.compile(r"([\\{}\[\]*?])")
+
+
+def local_uri(path: Path, *, to_read: bool) -> str:
+    """A local path as Hadoop takes it: not percent-encoded (a partition directory
+    topic=x stays so), and, to read, with the characters its readers glob escaped."""
+    text = str(path.absolute())
+    return "file://" + (_GLOB_CHARACTERS.sub(r"\\\1", text) if to_read else text)
+
+
 class UnnamedArchives(NsqError):
     """Raw archives whose names do not say their topic: one line for the user."""
 
@@ -108,7 +120,7 @@ def read_messages(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFram
         if (chosen := [file for file in files if file.report.format == form])
     ]
     if not parts:
-        return spark.createDataFrame([], _message_schema())
+        return spark.createDataFrame([], message_schema())
     lines = functools.reduce(DataFrame.unionByName, parts)
     table = F.broadcast(_files_table(spark, files))
     joined = lines.join(table, "file_uri")
@@ -127,7 +139,8 @@ def read_messages(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFram
     )
 
 
-def _message_schema() -> T.StructType:
+def message_schema(with_malformed: bool = True) -> T.StructType:
+    """MESSAGE_COLUMNS' types, and `malformed` unless told not to."""
     fields = {
         "topic": T.StringType(),
         "host": T.StringType(),
@@ -139,8 +152,9 @@ def _message_schema() -> T.StructType:
         "nsqd": T.StringType(),
         "body": T.BinaryType(),
         "file": T.StringType(),
-        "malformed": T.BooleanType(),
     }
+    if with_malformed:
+        fields["malformed"] = T.BooleanType()
     return T.StructType([T.StructField(name, kind) for name, kind in fields.items()])
 
 

@@ -51,9 +51,10 @@ def command(**options: Any) -> None:
     \b
     Envelope archives (nsq_to_file --format json) are deduplicated by message id: of a
     message written twice (a requeue, a crash), the copy with the fewest attempts stays.
-    Raw archives cannot be deduplicated. Each partition written replaces the one of the
-    same name in DIR, whole: a job killed halfway leaves no partial partition, and the
-    same input always gives the same rows.
+    Raw archives cannot be deduplicated. A partition already in DIR keeps its rows from
+    other archives (so an hour may be compacted in several runs) and has those of the
+    archives compacted again replaced. Each partition is replaced whole: a job killed
+    halfway leaves no partial partition, and the same input gives the same rows.
     """
     out: Path = options["out"].absolute()
     console = new_console()
@@ -74,7 +75,8 @@ def _compact(spark: SparkSession, files: list[ArchiveFile], out: Path) -> _Outco
     from nsqtools.spark.compact import compact
     from nsqtools.spark.messages import read_messages
 
-    return _Outcome(files, compact(spark, read_messages(spark, files), out))
+    sources = [file.report.path for file in files]
+    return _Outcome(files, compact(spark, read_messages(spark, files), out, sources))
 
 
 def _damaged(files: list[ArchiveFile]) -> list[dict[str, str]]:
