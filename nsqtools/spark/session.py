@@ -3,8 +3,9 @@
 --master (local[*] by default; spark-submit's own when run through it), --conf key=value
 pairs, and defaults that suit a command-line job: no web UI and no console progress bar
 (the command shows its own), UTC as the session's time zone (partitions by date and
-hour are UTC's), Python workers on this interpreter. Spark's own logs are quiet: its JVM
-writes them to a log file unless the user asks to see them.
+hour are UTC's), Python workers on this interpreter, the parallel collector, and a
+class-data archive (classdata.py) for a quicker start. Spark's own logs are quiet: its
+JVM writes them to a log file unless the user asks to see them.
 """
 
 from __future__ import annotations
@@ -21,14 +22,19 @@ from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from nsqtools.spark import classdata
+
 DEFAULT_MASTER = "local[*]"
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # Defaults a --conf of the same key replaces.
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_LOG4J_CONFIG.as_uri()}",
+    # The parallel collector: a batch job's throughput, not G1's pause times (measured:
+    # compact of 2M envelopes 16.7 s against 18.5 s on 2 cores).
+    _JAVA_OPTIONS: (f"-Dlog4j2.configurationFile={_LOG4J_CONFIG.as_uri()} -XX:+UseParallelGC"),
 }
 
 
@@ -69,12 +75,23 @@ def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkS
     builder = SparkSession.builder.appName("nsq archive")
     if not under_spark_submit():
         builder = builder.master(settings.master or DEFAULT_MASTER)
-    for key, value in {**_DEFAULT_CONF, **settings.conf}.items():
+    defaults = dict(_DEFAULT_CONF)
+    defaults[_JAVA_OPTIONS] += " " + classdata.java_options()
+    for key, value in {**defaults, **settings.conf}.items():
         builder = builder.config(key, value)
     if not settings.verbose:
         builder = builder.config("spark.log.level", "ERROR")
     with _stderr_to(None if settings.verbose else log_file):
-        return builder.getOrCreate(), False
+        session = builder.getOrCreate()
+    classdata.record_jvm(_jvm_pid(session))
+    return session, False
+
+
+def _jvm_pid(session: SparkSession) -> int:
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a session started here has its gateway
+    pid: int = jvm.java.lang.ProcessHandle.current().pid()
+    return pid
 
 
 def is_spark_error(error: BaseException) -> bool:
