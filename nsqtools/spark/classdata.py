@@ -54,9 +54,9 @@ def _archive_path() -> Path | None:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "nsqtools")
     try:
         cache.mkdir(parents=True, exist_ok=True)
+        return cache / f"spark-classes-{_install_key(java)}.jsa"
     except OSError:
-        return None
-    return cache / f"spark-classes-{_install_key(java)}.jsa"
+        return None  # no cache directory to write: start as the JVM does by itself
 
 
 def _java() -> Path | None:

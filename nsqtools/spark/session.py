@@ -73,17 +73,19 @@ def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkS
         return existing, True
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("nsq archive")
-    if not under_spark_submit():
-        builder = builder.master(settings.master or DEFAULT_MASTER)
+    launching = not under_spark_submit()  # else spark-submit launched the JVM
     defaults = dict(_DEFAULT_CONF)
-    defaults[_JAVA_OPTIONS] += " " + classdata.java_options()
+    if launching:
+        builder = builder.master(settings.master or DEFAULT_MASTER)
+        defaults[_JAVA_OPTIONS] += " " + classdata.java_options()
     for key, value in {**defaults, **settings.conf}.items():
         builder = builder.config(key, value)
     if not settings.verbose:
         builder = builder.config("spark.log.level", "ERROR")
     with _stderr_to(None if settings.verbose else log_file):
         session = builder.getOrCreate()
-    classdata.record_jvm(_jvm_pid(session))
+    if launching:
+        classdata.record_jvm(_jvm_pid(session))
     return session, False
 
 
