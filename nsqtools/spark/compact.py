@@ -127,14 +127,18 @@ def _envelope_count() -> Column:
     return F.count_if(F.col("id").isNotNull()).alias("envelopes")
 
 
-def _partitioned(rows: DataFrame) -> DataFrame:
-    with_partition = rows.withColumns(
+def with_partition_columns(rows: DataFrame) -> DataFrame:
+    """date (yyyy-MM-dd) and hour of each row's timestamp, in UTC (the session's zone)."""
+    return rows.withColumns(
         {
             "date": F.date_format("timestamp", "yyyy-MM-dd"),
             "hour": F.hour("timestamp"),
         }
     )
-    return with_partition.repartition(*PARTITION_COLUMNS)
+
+
+def _partitioned(rows: DataFrame) -> DataFrame:
+    return with_partition_columns(rows).repartition(*PARTITION_COLUMNS)
 
 
 def _deduplicated(rows: DataFrame) -> DataFrame:

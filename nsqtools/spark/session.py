@@ -11,6 +11,7 @@ JVM writes them to a log file unless the user asks to see them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from nsqtools.spark import classdata
 DEFAULT_MASTER = "local[*]"
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_PYSPARK_LOGGERS = ("SQLQueryContextLogger", "py4j")
 # Defaults a --conf of the same key replaces.
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -68,6 +70,8 @@ def under_spark_submit() -> bool:
 def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkSession, bool]:
     """The session the job runs on, and whether it was there already (spark-submit's, a
     test run's: its owner stops it); the JVM's output goes to log_file unless verbose."""
+    if not settings.verbose:
+        _quiet_python_loggers()
     existing = SparkSession.getActiveSession()
     if existing is not None:
         return existing, True
@@ -87,6 +91,13 @@ def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkS
     if launching:
         classdata.record_jvm(_jvm_pid(session))
     return session, False
+
+
+def _quiet_python_loggers() -> None:
+    """PySpark's Python side logs a failed query's context as JSON on stderr; the
+    command says it in one line."""
+    for name in _PYSPARK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _jvm_pid(session: SparkSession) -> int:
