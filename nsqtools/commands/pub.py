@@ -40,6 +40,7 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
+    from collections import Counter
     from collections.abc import Callable, Sequence
 
     import trio
@@ -314,14 +315,19 @@ class _Run:
         failed = producer.failed + self.unsent
         if not failed:
             return None
-        total = producer.acknowledged + failed
-        reason, count = reasons.most_common(1)[0]
-        more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
         where = f"; they are in {self.failed_file.path}" if self.failed_file is not None else ""
-        return (
-            f"{failed:,} of {total:,} records were not published to every nsqd: "
-            f"{reason} ({count:,}){more}{where}"
-        )
+        return unpublished(failed, producer.acknowledged + failed, reasons) + where
+
+
+def unpublished(failed: int, total: int, reasons: Counter[str], what: str = "records") -> str:
+    """'N of M records were not published to every nsqd' and the commonest reason (to_nsq's
+    error line, and nsq archive replay's)."""
+    reason, count = reasons.most_common(1)[0]
+    more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
+    return (
+        f"{failed:,} of {total:,} {what} were not published to every nsqd: "
+        f"{reason} ({count:,}){more}"
+    )
 
 
 async def _show_progress(producer: Producer) -> None:
