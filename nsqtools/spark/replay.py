@@ -10,7 +10,6 @@ replay is at-least-once, as NSQ is.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,7 +18,6 @@ from typing import Any
 
 import trio
 from pyspark.errors import AnalysisException
-from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -33,7 +31,6 @@ UNKNOWN_TOPIC = "(unknown)"  # an envelope without a topic, in a file whose name
 # the lines were read in (what monotonically_increasing_id gives within a partition).
 _READ_ORDER = "_read_order"
 _ORDER = ("timestamp", "timestamp_ns", "file", _READ_ORDER)
-_QUERY_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 class BadCondition(NsqError):
@@ -91,25 +88,10 @@ def _selected(messages: DataFrame, where: str | None) -> DataFrame:
     if where is None:
         return messages
     try:
-        with _unlogged_query_errors():
-            return messages.where(F.col("malformed") | F.expr(where))
+        return messages.where(F.col("malformed") | F.expr(where))
     except AnalysisException as error:  # ParseException included
         reason = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
         raise BadCondition(f"{where!r}: {reason}") from None
-
-
-@contextlib.contextmanager
-def _unlogged_query_errors() -> Iterator[None]:
-    """PySpark logs a query's error on stderr, with the JVM's stack, as it raises it:
-    here the error is said in one line instead."""
-    loggers = [PySparkLogger.getLogger(name) for name in _QUERY_ERROR_LOGGERS]
-    for logger in loggers:
-        logger.disabled = True
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.disabled = False
 
 
 def _in_tasks(messages: DataFrame, rate: int) -> tuple[DataFrame, int]:

@@ -28,7 +28,7 @@ from nsqtools.spark import classdata
 DEFAULT_MASTER = "local[*]"
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-_PYSPARK_LOGGERS = ("SQLQueryContextLogger", "py4j")
+_PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j")
 # Defaults a --conf of the same key replaces.
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
