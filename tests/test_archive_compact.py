@@ -114,7 +114,7 @@ def test_a_damaged_file_is_named_and_its_whole_lines_used(
     out = tmp_path / "out"
     run = nsq_archive("compact", str(tmp_path), "--out", str(out))
     assert run.exit_code == 0, run.stderr
-    assert "Damaged files" in run.stdout
+    assert "2 damaged files" in run.stdout
     assert "orders.h-000001.2026-11-23_01.log.gz" in run.stdout
     assert "cut inside a gzip member" in run.stdout
     assert "the last line is cut" in run.stdout

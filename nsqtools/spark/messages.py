@@ -124,19 +124,11 @@ def read_messages(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFram
     lines = functools.reduce(DataFrame.unionByName, parts)
     table = F.broadcast(_files_table(spark, files))
     joined = lines.join(table, "file_uri")
-    return joined.select(
-        F.coalesce("topic", "name_topic").alias("topic"),
-        "host",
-        "id",
-        F.coalesce("timestamp", "name_time").alias("timestamp"),
-        "timestamp_ns",
-        "attempts",
-        "channel",
-        "nsqd",
-        "body",
-        "file",
-        "malformed",
-    )
+    from_names = {
+        "topic": F.coalesce("topic", "name_topic").alias("topic"),
+        "timestamp": F.coalesce("timestamp", "name_time").alias("timestamp"),
+    }
+    return joined.select(*(from_names.get(name, name) for name in MESSAGE_COLUMNS), "malformed")
 
 
 def message_schema(with_malformed: bool = True) -> T.StructType:

@@ -6,13 +6,13 @@ summary: files, damaged files, rows read, left out and written, partitions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from nsqtools.commands.archive.jobs import (
+    Scanned,
     archive_options,
     find_archives,
     run_job,
@@ -26,12 +26,6 @@ if TYPE_CHECKING:
 
     from nsqtools.spark.compact import Compacted
     from nsqtools.spark.messages import ArchiveFile
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    files: list[ArchiveFile]
-    compacted: Compacted
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -71,32 +65,24 @@ def command(**options: Any) -> None:
         print_tables(console, _summary_tables(outcome, out))
 
 
-def _compact(spark: SparkSession, files: list[ArchiveFile], out: Path) -> _Outcome:
+def _compact(spark: SparkSession, files: list[ArchiveFile], out: Path) -> Scanned[Compacted]:
     from nsqtools.spark.compact import compact
     from nsqtools.spark.messages import read_messages
 
     sources = [file.report.path for file in files]
-    return _Outcome(files, compact(spark, read_messages(spark, files), out, sources))
-
-
-def _damaged(files: list[ArchiveFile]) -> list[dict[str, str]]:
-    return [
-        {"file": file.report.path, "damage": file.report.damage}
-        for file in files
-        if file.report.damage is not None
-    ]
+    return Scanned(files, compact(spark, read_messages(spark, files), out, sources))
 
 
 def _raw_files(files: list[ArchiveFile]) -> int:
     return sum(file.report.format == "raw" for file in files)
 
 
-def _summary_json(outcome: _Outcome, seconds: dict[str, float]) -> dict[str, Any]:
-    compacted = outcome.compacted
+def _summary_json(outcome: Scanned[Compacted], seconds: dict[str, float]) -> dict[str, Any]:
+    compacted = outcome.result
     return {
         "files": len(outcome.files),
         "raw_files": _raw_files(outcome.files),
-        "damaged": _damaged(outcome.files),
+        "damaged": outcome.damaged_json(),
         "rows_read": compacted.rows_read,
         "malformed": compacted.malformed,
         "duplicates": compacted.duplicates,
@@ -106,12 +92,12 @@ def _summary_json(outcome: _Outcome, seconds: dict[str, float]) -> dict[str, Any
     }
 
 
-def _summary_tables(outcome: _Outcome, out: Path) -> list[Table]:
-    compacted = outcome.compacted
+def _summary_tables(outcome: Scanned[Compacted], out: Path) -> list[Table]:
+    compacted = outcome.result
     summary = Table([Column("what"), Column("count", numeric=True)], title=f"Compacted into {out}")
     rows = [
         ("files", len(outcome.files)),
-        ("damaged files (their whole lines used)", len(_damaged(outcome.files))),
+        ("damaged files (their whole lines used)", len(outcome.damaged())),
         ("rows read", compacted.rows_read),
         ("malformed lines left out", compacted.malformed),
         ("duplicates left out", compacted.duplicates),
@@ -124,10 +110,4 @@ def _summary_tables(outcome: _Outcome, out: Path) -> list[Table]:
     raw = _raw_files(outcome.files)
     if raw:
         summary.title += f" ({raw} raw archives: not deduplicated, they carry no message id)"
-    damaged = _damaged(outcome.files)
-    if damaged:
-        table = Table([Column("damaged file"), Column("damage")], title="Damaged files")
-        for entry in damaged:
-            table.add([entry["file"], entry["damage"]])
-        tables.append(table)
-    return tables
+    return [*tables, *outcome.damaged_table()]

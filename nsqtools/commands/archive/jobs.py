@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
+from nsqtools.commands.cluster_cli import Column, Table
 from nsqtools.commands.front import fail
 
 if TYPE_CHECKING:
@@ -98,6 +99,36 @@ def spark_options(function: F) -> F:
     for decorator in reversed(decorators):
         function = decorator(function)
     return function
+
+
+@dataclass(frozen=True)
+class Scanned(Generic[T]):
+    """A job's result, beside the archive files it read (as the scan found them)."""
+
+    files: list[ArchiveFile]
+    result: T
+
+    def damaged(self) -> list[ArchiveFile]:
+        return [file for file in self.files if file.report.damage is not None]
+
+    def damaged_json(self) -> list[dict[str, Any]]:
+        return [
+            {"file": file.report.path, "damage": file.report.damage, "lines": file.report.lines}
+            for file in self.damaged()
+        ]
+
+    def damaged_table(self) -> list[Table]:
+        """The damaged files and the whole lines used of each: a table, or none."""
+        damaged = self.damaged()
+        if not damaged:
+            return []
+        table = Table(
+            [Column("damaged file"), Column("damage"), Column("whole lines used", numeric=True)],
+            title=f"{len(damaged)} damaged files",
+        )
+        for file in damaged:
+            table.add([file.report.path, file.report.damage or "", f"{file.report.lines:,}"])
+        return [table]
 
 
 @dataclass

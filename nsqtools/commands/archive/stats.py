@@ -6,12 +6,13 @@ tables, or one JSON document with --json. --strict makes damage an exit status o
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from nsqtools.commands.archive.jobs import (
+    Scanned,
     archive_options,
     find_archives,
     run_job,
@@ -25,12 +26,6 @@ if TYPE_CHECKING:
 
     from nsqtools.spark.messages import ArchiveFile
     from nsqtools.spark.stats import ArchiveStats, HourStats
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    files: list[ArchiveFile]
-    stats: ArchiveStats
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -57,31 +52,24 @@ def command(**options: Any) -> None:
         click.echo(json.dumps(_as_json(outcome), sort_keys=True, default=str))
     else:
         print_tables(new_console(), _tables(outcome))
-    damaged, malformed = len(_damaged(outcome.files)), sum(outcome.stats.malformed.values())
+    damaged, malformed = len(outcome.damaged()), sum(outcome.result.malformed.values())
     if options["strict"] and (damaged or malformed):
         fail(f"--strict: {damaged} damaged files, {malformed} lines that are no envelope")
 
 
-def _stats(spark: SparkSession, files: list[ArchiveFile]) -> _Outcome:
+def _stats(spark: SparkSession, files: list[ArchiveFile]) -> Scanned[ArchiveStats]:
     from nsqtools.spark.messages import read_messages
     from nsqtools.spark.stats import archive_stats
 
-    return _Outcome(files, archive_stats(read_messages(spark, files)))
+    return Scanned(files, archive_stats(read_messages(spark, files)))
 
 
-def _damaged(files: list[ArchiveFile]) -> list[ArchiveFile]:
-    return [file for file in files if file.report.damage is not None]
-
-
-def _as_json(outcome: _Outcome) -> dict[str, Any]:
+def _as_json(outcome: Scanned[ArchiveStats]) -> dict[str, Any]:
     return {
         "files": len(outcome.files),
-        "hours": [asdict(hour) for hour in outcome.stats.hours],
-        "damaged": [
-            {"file": file.report.path, "damage": file.report.damage, "lines": file.report.lines}
-            for file in _damaged(outcome.files)
-        ],
-        "malformed": outcome.stats.malformed,
+        "hours": [asdict(hour) for hour in outcome.result.hours],
+        "damaged": outcome.damaged_json(),
+        "malformed": outcome.result.malformed,
     }
 
 
@@ -92,7 +80,7 @@ def _duplicates_cell(hour: HourStats) -> str:
     return f"{'≥' if hour.raw else ''}{hour.duplicates:,}"
 
 
-def _tables(outcome: _Outcome) -> list[Table]:
+def _tables(outcome: Scanned[ArchiveStats]) -> list[Table]:
     hours = Table(
         [
             Column("topic"),
@@ -106,7 +94,7 @@ def _tables(outcome: _Outcome) -> list[Table]:
         ],
         title=f"{len(outcome.files)} archive files",
     )
-    for hour in outcome.stats.hours:
+    for hour in outcome.result.hours:
         hours.add(
             [
                 hour.topic,
@@ -119,24 +107,16 @@ def _tables(outcome: _Outcome) -> list[Table]:
                 f"{hour.last:%Y-%m-%d %H:%M:%S}" if hour.last else "",
             ]
         )
-    if any(hour.raw for hour in outcome.stats.hours):
+    if any(hour.raw for hour in outcome.result.hours):
         hours.title += " (duplicates: '-' for raw archives, which carry no message id)"
     tables = [hours]
-    damaged = _damaged(outcome.files)
-    if damaged:
-        table = Table(
-            [Column("damaged file"), Column("damage"), Column("whole lines used", numeric=True)],
-            title=f"{len(damaged)} damaged files",
-        )
-        for file in damaged:
-            table.add([file.report.path, file.report.damage or "", f"{file.report.lines:,}"])
-        tables.append(table)
-    if outcome.stats.malformed:
+    tables += outcome.damaged_table()
+    if outcome.result.malformed:
         table = Table(
             [Column("file"), Column("lines that are no envelope", numeric=True)],
             title="Malformed lines (left out)",
         )
-        for path, count in sorted(outcome.stats.malformed.items()):
+        for path, count in sorted(outcome.result.malformed.items()):
             table.add([path, f"{count:,}"])
         tables.append(table)
     return tables
