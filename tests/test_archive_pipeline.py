@@ -4,6 +4,7 @@ Go's: raw lines), then compacted, counted, queried and replayed by nsq archive."
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from collections.abc import Callable
@@ -103,6 +104,20 @@ def test_archived_by_nsq_to_file_killed_midway_then_compacted_exactly_once(
     assert table.select("id").distinct().count() == COUNT
     assert sorted(bytes(row.body) for row in rows) == sorted(published)
     assert {row.topic for row in rows} == {TOPIC}
+
+    stats = nsq_archive("stats", str(archives), "--json")
+    damaged = [Path(entry["file"]).name for entry in json.loads(stats.stdout)["damaged"]]
+    assert damaged == [cut.name]
+
+    query = "SELECT topic, count(DISTINCT id) AS n FROM messages GROUP BY topic"
+    counted = nsq_archive("sql", query, str(out), "--output", "csv")
+    assert counted.stdout.splitlines() == ["topic,n", f"{TOPIC},{COUNT}"]
+
+    replayed = nsq_archive(
+        "replay", str(out), "--topic=replayed", f"--nsqd-tcp-address={nsqd.tcp_address}"
+    )
+    assert replayed.exit_code == 0, replayed.stderr
+    assert sorted(nsqd.read("replayed", COUNT)) == sorted(published)
 
 
 def test_raw_archives_from_go_nsq_to_file_compact_too(

@@ -59,6 +59,13 @@ class FileReport:
         )
 
 
+def is_compacted(source: str) -> bool:
+    """A directory nsq archive compact wrote: partition directories topic=…, or Parquet
+    files; read as a table, not as archives."""
+    path = Path(source)
+    return path.is_dir() and (any(path.glob("topic=*")) or any(path.glob("*.parquet")))
+
+
 def archive_files(sources: Iterable[str]) -> dict[str, str]:
     """The files that sources name, each once and in a stable order: absolute path →
     name relative to the source (the directory walked, or a file's own directory), the

@@ -19,30 +19,35 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from nsqtools.spark.compact import COMPACTED_SCHEMA, read_compacted, with_partition_columns
-from nsqtools.spark.messages import ArchiveFile, read_messages
+from nsqtools.spark.messages import MESSAGE_COLUMNS, ArchiveFile, read_messages
 
 TABLE = "messages"
 _NAMES_DATA = re.compile(r"\bdata\b", re.IGNORECASE)
 
 
-def is_compacted(source: str) -> bool:
-    """A directory compact wrote: partition directories topic=…, or Parquet files."""
-    path = Path(source)
-    return path.is_dir() and (any(path.glob("topic=*")) or any(path.glob("*.parquet")))
+def source_messages(
+    spark: SparkSession, archives: Sequence[ArchiveFile], compacted: Sequence[str]
+) -> DataFrame:
+    """Archives' messages (read_messages' columns, `malformed` included) and the rows of
+    compacted directories (none malformed) together."""
+    parts = [
+        read_compacted(spark, Path(directory).absolute())
+        .select(*MESSAGE_COLUMNS)
+        .withColumn("malformed", F.lit(False))
+        for directory in compacted
+    ]
+    if archives or not parts:
+        parts.append(read_messages(spark, archives))
+    return functools.reduce(DataFrame.unionByName, parts)
 
 
 def messages_table(
-    spark: SparkSession,
-    archives: Sequence[ArchiveFile],
-    compacted: Sequence[str],
+    spark: SparkSession, archives: Sequence[ArchiveFile], compacted: Sequence[str]
 ) -> DataFrame:
     """Archives and compacted directories as one table of compact's columns."""
-    parts = [read_compacted(spark, Path(directory).absolute()) for directory in compacted]
-    if archives or not parts:
-        valid = read_messages(spark, archives).where(~F.col("malformed")).drop("malformed")
-        parts.append(with_partition_columns(valid))
-    columns = COMPACTED_SCHEMA.fieldNames()
-    return functools.reduce(DataFrame.unionByName, [part.select(*columns) for part in parts])
+    messages = source_messages(spark, archives, compacted)
+    valid = with_partition_columns(messages.where(~F.col("malformed")).drop("malformed"))
+    return valid.select(*COMPACTED_SCHEMA.fieldNames())
 
 
 def register(

@@ -162,6 +162,24 @@ def find_archives(options: dict[str, Any]) -> Callable[[], list[ArchiveFile]]:
     return scan
 
 
+@dataclass(frozen=True)
+class Sources:
+    """What SRC... names: archive files (scanned), and directories compact wrote."""
+
+    archives: list[ArchiveFile]
+    compacted: list[str]
+
+
+def find_sources(options: dict[str, Any]) -> Callable[[], Sources]:
+    """As find_archives, with the directories compact wrote set apart (read as tables)."""
+    from nsqtools.archive.reading import is_compacted
+
+    compacted = [source for source in options["sources"] if is_compacted(source)]
+    others = tuple(source for source in options["sources"] if source not in compacted)
+    scan = find_archives({**options, "sources": others}) if others else list
+    return lambda: Sources(scan(), compacted)
+
+
 def run_job(
     options: dict[str, Any],
     prepare: Callable[[], Any],

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nsqtools.commands.archive.jobs import (
+    Sources,
     archive_options,
-    find_archives,
+    find_sources,
     run_job,
     sources_argument,
 )
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from nsqtools.config import ClientConfig
-    from nsqtools.spark.messages import ArchiveFile
     from nsqtools.spark.replay import Replayed
 
 TOOL = "nsq_archive_replay"  # in the user agent nsqd shows
@@ -56,7 +56,8 @@ TOOL = "nsq_archive_replay"  # in the user agent nsqd shows
 @connection_options("producer-opt")
 @archive_options
 def command(**options: Any) -> None:
-    """Publish archived messages (files or directories) again, to a topic.
+    """Publish archived messages (files or directories, or Parquet that compact wrote)
+    again, to a topic.
 
     \b
     Each body is published as archived, byte for byte, to every --nsqd-tcp-address.
@@ -70,7 +71,7 @@ def command(**options: Any) -> None:
     config = _checked_destination(options)
     run = run_job(
         options,
-        find_archives(options),
+        find_sources(options),
         lambda spark, files: _replay(spark, files, options, config),
         new_console(stderr=True),
     )
@@ -104,14 +105,15 @@ def _checked_destination(options: dict[str, Any]) -> ClientConfig:
 
 
 def _replay(
-    spark: SparkSession, files: list[ArchiveFile], options: dict[str, Any], config: ClientConfig
+    spark: SparkSession, sources: Sources, options: dict[str, Any], config: ClientConfig
 ) -> Replayed:
-    from nsqtools.spark.messages import read_messages
+    from nsqtools.spark.query import source_messages
     from nsqtools.spark.replay import BadCondition, Destination, replay
 
     destination = Destination(options["topic"], tuple(options["nsqd_tcp_addresses"]), config)
+    messages = source_messages(spark, sources.archives, sources.compacted)
     try:
-        return replay(read_messages(spark, files), destination, options["rate"], options["where"])
+        return replay(messages, destination, options["rate"], options["where"])
     except BadCondition as error:
         fail(f"--where {error}")
 

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands.archive.jobs import archive_options, find_archives, run_job
+from nsqtools.commands.archive.jobs import Sources, archive_options, find_sources, run_job
 from nsqtools.commands.cluster_cli import Column, Table, new_console, print_tables
 from nsqtools.commands.front import CONTEXT_SETTINGS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
 
-    from nsqtools.spark.messages import ArchiveFile
 
 TABLE_ROWS = 1000  # --limit's default for a table
 
@@ -68,24 +67,15 @@ def command(**options: Any) -> None:
     limit = options["limit"]
     if limit is None:
         limit = TABLE_ROWS if output == "table" else 0
-    compacted, archive_sources = _split_sources(options["sources"])
-    scan = find_archives({**options, "sources": archive_sources})
 
-    def query(spark: SparkSession, archives: list[ArchiveFile]) -> None:
+    def query(spark: SparkSession, sources: Sources) -> None:
         from nsqtools.spark.query import messages_table, register
 
-        table = messages_table(spark, archives if archive_sources else [], compacted)
+        table = messages_table(spark, sources.archives, sources.compacted)
         register(spark, table, options["query"], options["body_schema"], options["sample_size"])
         _print(spark.sql(options["query"]), output, limit)
 
-    run_job(options, scan if archive_sources else list, query, new_console(stderr=True))
-
-
-def _split_sources(sources: tuple[str, ...]) -> tuple[list[str], tuple[str, ...]]:
-    from nsqtools.spark.query import is_compacted
-
-    compacted = [source for source in sources if is_compacted(source)]
-    return compacted, tuple(source for source in sources if source not in compacted)
+    run_job(options, find_sources(options), query, new_console(stderr=True))
 
 
 def _print(result: DataFrame, output: str, limit: int) -> None:
