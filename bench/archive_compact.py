@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing import Pool
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -69,7 +70,8 @@ GZIP_LEVEL = 6  # nsq_to_file's --gzip-level default
 CHUNK = 10_000  # messages formatted and written at a time
 MASK64 = (1 << 64) - 1
 TIME_LIMIT = 1800.0  # seconds for one run of ours: more is stuck, not slow
-STAGE_NAME_WIDTH = 48
+# Spark operators that say nothing of what a stage does, left out of its description
+PLUMBING = ("WholeStageCodegen", "CollectMetrics", "MapPartitionsRDD")
 
 Partition = tuple[str, str, int]  # topic, date, hour
 
@@ -309,7 +311,7 @@ def run_duckdb(data: Corpus, out: Path) -> float:
     """Seconds DuckDB (2 threads, a fresh in-memory database) takes for the job."""
     files = ", ".join(quoted(str(path)) for path in data.paths)
     query = DUCKDB_JOB.format(files=files, out=quoted(str(out)))
-    with duckdb.connect(config={"threads": 2}) as database:
+    with duckdb.connect(config={"threads": 2, "enable_progress_bar": False}) as database:
         started = time.perf_counter()
         database.execute(query)
         return time.perf_counter() - started
@@ -321,7 +323,7 @@ class Stage:
     seconds its tasks ran (summed over the tasks, from their metrics)."""
 
     stage_id: int
-    name: str
+    operators: str  # what it runs: its RDDs' operators in order, e.g. "Scan json > Exchange"
     tasks: int
     seconds: float
     task_seconds: float
@@ -383,7 +385,7 @@ def stages_in(event_log: Path) -> list[Stage]:
     return [
         Stage(
             stage_id=info["Stage ID"],
-            name=info["Stage Name"],
+            operators=operators_of(info),
             tasks=info["Number of Tasks"],
             seconds=(info["Completion Time"] - info["Submission Time"]) / 1000,
             task_seconds=run_ms[info["Stage ID"]] / 1000,
@@ -485,19 +487,26 @@ def summarise(results: Results, data: Corpus, runs: int) -> None:
     print_stages(median_run(results.ours[2]))
 
 
+def operators_of(info: dict[str, Any]) -> str:
+    """A stage's RDDs' operators in the order they run (a stage's name is only the call
+    that started its job, the same for all of them), consecutive repeats once."""
+    named: list[str] = []
+    for rdd in sorted(info["RDD Info"], key=lambda rdd: rdd["RDD ID"]):
+        name = json.loads(rdd["Scope"])["name"].strip() if rdd.get("Scope") else rdd["Name"]
+        if not name.startswith(PLUMBING) and name not in named[-1:]:
+            named.append(name)
+    return " > ".join(named) or info["Stage Name"]
+
+
 def print_stages(spark: Spark) -> None:
     """The stages of one run, and how much of its job they cover (the rest is the driver:
     planning, listing files, committing the output)."""
     print(f"\nstages of the median local[2] run (job {spark.seconds['job']:.2f} s):")
-    print(
-        f"{'id':>4} {'stage':<{STAGE_NAME_WIDTH}}"
-        f" {'tasks':>6} {'wall s':>7} {'task s':>7} {'gc s':>6}"
-    )
+    print(f"{'stage':>5} {'tasks':>6} {'wall s':>7} {'task s':>7} {'gc s':>6}  operators")
     for stage in spark.stages:
         print(
-            f"{stage.stage_id:>4} {stage.name[:STAGE_NAME_WIDTH]:<{STAGE_NAME_WIDTH}}"
-            f" {stage.tasks:>6} {stage.seconds:>7.2f} {stage.task_seconds:>7.2f}"
-            f" {stage.gc_seconds:>6.2f}"
+            f"{stage.stage_id:>5} {stage.tasks:>6} {stage.seconds:>7.2f}"
+            f" {stage.task_seconds:>7.2f} {stage.gc_seconds:>6.2f}  {stage.operators}"
         )
     print(f"stages cover {covered(spark.stages):.2f} s of the job (overlaps counted once)")
 
