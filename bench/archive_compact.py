@@ -477,15 +477,24 @@ def summarise(results: Results, data: Corpus, runs: int) -> None:
         for key in sparks[0].seconds:
             print(table_row(f"ours local[{cores}] {key}", [spark.seconds[key] for spark in sparks]))
         print(table_row(f"ours local[{cores}] process", [spark.wall for spark in sparks]))
+    # The ratios of each round too: the contenders of one round share its noise.
+    two, one = results.ours[2], results.ours[1]
+    ratio = [ours.seconds["job"] / duckdb for ours, duckdb in zip(two, results.duckdb, strict=True)]
+    scaling = [
+        slow.seconds["job"] / fast.seconds["job"] for slow, fast in zip(one, two, strict=True)
+    ]
+    print(table_row("ours local[2] / duckdb, job", ratio))
+    print(table_row("local[1] / local[2], job", scaling))
     duckdb_job = statistics.median(results.duckdb)
     job = {
         cores: statistics.median(s.seconds["job"] for s in results.ours[cores]) for cores in CORES
     }
     session = statistics.median(spark.seconds["session"] for spark in results.ours[2])
-    print(f"\nours local[2] / duckdb, job: {job[2] / duckdb_job:.2f}x (target at most 3x)")
+    print(f"\nours local[2] / duckdb, job medians: {job[2] / duckdb_job:.2f}x (target at most 3x)")
     print(f"SparkSession start, local[2]: {session:.2f} s (target under 5 s)")
     print(f"scaling, job local[1] / local[2]: {job[1] / job[2]:.2f}x (2.00 would be linear)")
-    print_stages(median_run(results.ours[2]))
+    for cores in CORES:
+        print_stages(cores, median_run(results.ours[cores]))
 
 
 def operators_of(info: dict[str, Any]) -> str:
@@ -499,10 +508,10 @@ def operators_of(info: dict[str, Any]) -> str:
     return " > ".join(named) or info["Stage Name"]
 
 
-def print_stages(spark: Spark) -> None:
+def print_stages(cores: int, spark: Spark) -> None:
     """The stages of one run, and how much of its job they cover (the rest is the driver:
     planning, listing files, committing the output)."""
-    print(f"\nstages of the median local[2] run (job {spark.seconds['job']:.2f} s):")
+    print(f"\nstages of the median local[{cores}] run (job {spark.seconds['job']:.2f} s):")
     print(f"{'stage':>5} {'tasks':>6} {'wall s':>7} {'task s':>7} {'gc s':>6}  operators")
     for stage in spark.stages:
         print(
