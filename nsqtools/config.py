@@ -195,6 +195,7 @@ class ClientConfig:
     user_agent: str = _option(_TEXT, f"nsqtools/{__version__}")
     topology_region: str = _option(_TEXT, "")
     topology_zone: str = _option(_TEXT, "")
+    desired_tag: str = _option(_TEXT, "")  # the Youzan fork's: only messages with this tag
     heartbeat_interval: float = _duration("30s")  # negative: heartbeats disabled
     sample_rate: int = _option(_INT, 0, low=0, high=99)
     tls_v1: bool = _option(_BOOL, False)

@@ -4,6 +4,14 @@ Owns the connections to nsqd (direct addresses, reconnected with exponential bac
 or discovered through nsqlookupd, reconnected while a poll still lists them), RDY
 flow control and backoff (policy in flow.py), max_attempts, and the clean stop.
 
+On the Youzan fork (found from nsqlookupd's partitions and meta, or from nsqd's
+version) there is one connection per (nsqd, partition): SUB with the partition,
+SUB_ORDERED for an ordered topic (one message in flight per partition: RDY 1), or
+SUB_ADVANCED from a start position; messages are read as ForkMessages. A refusal that
+names a moved partition drops that connection until the next lookup; an extend topic's
+E_SUB_EXTEND_NEED and an ordered topic's E_SUB_ORDER_IS_MUST (partition given) are
+answered by subscribing as asked.
+
 The application reads Batches: the messages one connection delivered in one read.
 Each is answered as a whole or message by message (FIN, REQ, TOUCH); a batch's
 answers go out in one write. Nothing is lost on stop: messages the application never
@@ -21,7 +29,8 @@ import random
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Self
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self
 
 import trio
 
@@ -42,9 +51,13 @@ from nsqtools.protocol import (
     ProtocolError,
     check_channel,
     check_topic,
+    youzan,
 )
 from nsqtools.protocol import commands as cmd
 from nsqtools.transport import Conn, open_connection
+
+if TYPE_CHECKING:
+    from nsqtools.httpapi.lookupd import TopicLookup
 
 log = logging.getLogger("nsqtools.consumer")
 
@@ -86,6 +99,11 @@ class Batch:
     @property
     def nsqd_address(self) -> str:
         return self._link.address
+
+    @property
+    def partition(self) -> int | None:
+        """The Youzan fork's partition the batch came from (None: upstream NSQ)."""
+        return self._link.subscription.partition
 
     def unanswered(self) -> list[Message]:
         if self._done:
@@ -159,12 +177,54 @@ class Batch:
         return ids
 
 
-class _Link:
-    """The consumer's state for one nsqd: its connection, RDY and in-flight count."""
+@dataclass
+class Subscription:
+    """How a connection subscribes: upstream's SUB, or the Youzan fork's variants."""
 
-    def __init__(self, consumer: Consumer, address: str) -> None:
+    partition: int | None = None
+    fork: bool = False  # the Youzan fork's nsqd: messages are read as ForkMessages
+    ordered: bool = False  # SUB_ORDERED: one message in flight
+    extend: bool = False  # identify extend_support; messages carry an extend header
+    start: youzan.StartPosition | None = None  # SUB_ADVANCED from here
+
+    def command(self, topic: str, channel: str) -> bytes:
+        if self.ordered and self.partition is not None:
+            return youzan.sub_ordered(topic, channel, self.partition)
+        if self.start is not None and self.partition is not None:
+            return youzan.sub_advanced(topic, channel, self.partition, self.start)
+        return cmd.sub(topic, channel, self.partition)
+
+    def layout(self) -> youzan.MessageLayout | None:
+        if not self.fork:
+            return None
+        detail = self.partition is not None and (self.ordered or self.start is not None)
+        return youzan.MessageLayout(self.partition, self.extend, detail)
+
+    def adapt(self, error: NsqErrorResponse) -> bool:
+        """Subscribe as the fork's refusal asks, if it can be; True when changed."""
+        if error.code == "E_SUB_EXTEND_NEED" and not self.extend:
+            self.extend = True
+        elif error.code == "E_SUB_EXTEND_FORBIDDON" and self.extend:
+            self.extend = False
+        elif error.code == "E_SUB_ORDER_IS_MUST" and self.partition is not None:
+            self.ordered = True
+        else:
+            return False
+        return True
+
+
+class _Link:
+    """The consumer's state for one nsqd (one partition of it, on the Youzan fork): its
+    connection, RDY and in-flight count."""
+
+    def __init__(self, consumer: Consumer, address: str, subscription: Subscription) -> None:
         self.consumer = consumer
         self.address = address
+        self.subscription = subscription
+        self.layout = subscription.layout()
+        # The flow policy's name for it: one nsqd may serve several partitions.
+        partition = subscription.partition
+        self.key = address if partition is None else f"{address}/{partition}"
         self.conn: Conn | None = None
         self.ready = 0
         self.fresh = True  # no message yet: RDY starts at 1 until the first arrives
@@ -185,7 +245,7 @@ class _Link:
     def view(self, now: float) -> flow.ConnectionView:
         assert self.conn is not None
         return flow.ConnectionView(
-            self.address,
+            self.key,
             self.conn.identify.max_rdy_count,
             self.ready,
             idle_for=now - self.last_message_at,
@@ -194,6 +254,7 @@ class _Link:
 
     def attach(self, conn: Conn) -> None:
         self.conn = conn
+        self.layout = self.subscription.layout()
         self.ready = self.in_flight = self.received_since_ready = 0
         self.ready_refresh_due = False
         self.fresh = True
@@ -232,6 +293,8 @@ class _Link:
 
     def on_messages(self, conn: Conn, received: MessageBatch) -> None:
         """The connection's message sink: runs in its reader task, never blocks."""
+        if self.layout is not None:
+            received = self.layout.read(received)
         count = len(received)
         self.in_flight += count
         self.received_since_ready += count
@@ -278,6 +341,8 @@ class Consumer:
         limit: int | None = None,
         give_up: GiveUpHook | None = None,
         rng: random.Random | None = None,
+        partition: int | None = None,
+        start_at: youzan.StartPosition | None = None,
     ) -> None:
         if bool(nsqd_tcp_addresses) == bool(lookupd_http_addresses):
             raise ValueError("give nsqd TCP addresses or nsqlookupd HTTP addresses, not both")
@@ -289,6 +354,11 @@ class Consumer:
         self.nsqd_tcp_addresses = _distinct(nsqd_tcp_addresses)
         self.lookupd_http_addresses = list(lookupd_http_addresses)
         self.limit = limit
+        # The Youzan fork's: only this partition; start new channels here (SUB_ADVANCED).
+        self.partition = None if partition is None else cmd.check_partition(partition)
+        self.start_at = start_at
+        if start_at is not None and partition is None and nsqd_tcp_addresses:
+            raise ValueError("a start position with nsqd addresses needs a partition")
         self.give_up = give_up or _log_give_up
         self.error: BaseException | None = None
         self.received = 0  # messages received from nsqd, including any requeued unseen
@@ -306,6 +376,7 @@ class Consumer:
         self._links: dict[str, _Link] = {}  # by address_key: one per nsqd
         self._queue: deque[Batch] = deque()
         self._wakeup = trio.Event()
+        self._lookup_soon = trio.Event()  # set to poll nsqlookupd at once
         self._stopping = False
         self._nursery: trio.Nursery | None = None
 
@@ -348,8 +419,8 @@ class Consumer:
         if self._queue:
             return False  # more to hand out first: a flush now would answer only part
         links = self._live_links()
-        in_flight = {link.address: link.in_flight for link in links}
-        return flow.starved(in_flight, {link.address: link.ready for link in links})
+        in_flight = {link.key: link.in_flight for link in links}
+        return flow.starved(in_flight, {link.key: link.ready for link in links})
 
     @property
     def connected_addresses(self) -> list[str]:
@@ -450,15 +521,16 @@ class Consumer:
         now = trio.current_time()
         views = [link.view(now) for link in links]
         if self._stopping or self._limit_reached() or self._backoff.paused:
-            targets = dict.fromkeys((link.address for link in links), 0)
+            targets = dict.fromkeys((link.key for link in links), 0)
         elif self._backoff.active:
             targets = self._keep_probe(links) or flow.probe_ready(views, self._rng)
         else:
             targets = flow.plan_ready(self._max_in_flight(), views, self._low_ready, self._rng)
         for link in links:
-            target = targets[link.address]
-            if link.fresh:
-                target = min(target, 1)  # a new connection starts at RDY 1
+            target = targets[link.key]
+            if link.fresh or link.subscription.ordered:
+                # A new connection starts at RDY 1; an ordered one has 1 in flight.
+                target = min(target, 1)
             if target != link.ready:
                 link.send_ready(target)
 
@@ -467,7 +539,7 @@ class Consumer:
         holders = [link for link in links if link.ready == 1]
         if len(holders) != 1:
             return None
-        return {link.address: (1 if link is holders[0] else 0) for link in links}
+        return {link.key: (1 if link is holders[0] else 0) for link in links}
 
     def _max_in_flight(self) -> int:
         if self.limit is None:
@@ -493,10 +565,14 @@ class Consumer:
         if self.lookupd_http_addresses:
             nursery.start_soon(self._discover)
 
-    def _link(self, address: str) -> _Link:
+    def _link(self, address: str, subscription: Subscription | None = None) -> _Link:
+        """The link to this nsqd (and partition); made with `subscription` if new."""
+        subscription = subscription or Subscription(self.partition, start=self.start_at)
         key = address_key(address)
+        if subscription.fork and subscription.partition is not None:
+            key = f"{key}/{subscription.partition}"
         if key not in self._links:
-            self._links[key] = _Link(self, address)
+            self._links[key] = _Link(self, address, subscription)
         return self._links[key]
 
     async def _serve_direct(
@@ -523,32 +599,73 @@ class Consumer:
         """One connection to a discovered nsqd; the next poll reconnects it if listed."""
         link.running = True
         try:
-            await self._connect_and_serve(link, trio.TASK_STATUS_IGNORED)
+            await self._connect_and_serve(link, trio.TASK_STATUS_IGNORED, discovered=True)
         except (NsqError, ProtocolError, OSError) as error:
             log.warning("%s: %s", link.address, error)
         finally:
             link.running = False
 
-    async def _connect_and_serve(self, link: _Link, task_status: trio.TaskStatus[None]) -> None:
-        """Connect, SUB, then serve until the connection ends; fatal errors end the consumer."""
-        try:
-            async with open_connection(
-                link.address, self.config, on_messages=link.on_messages, on_error=link.on_error
-            ) as conn:
-                await conn.request(cmd.sub(self.topic, self.channel))
-                link.attach(conn)
+    async def _connect_and_serve(
+        self, link: _Link, task_status: trio.TaskStatus[None], *, discovered: bool = False
+    ) -> None:
+        """Connect, SUB, then serve until the connection ends; fatal errors end the consumer.
+
+        On the Youzan fork, a refusal that a different SUB answers is answered so at
+        once; one that names a moved partition ends only this link (discovered ones)."""
+        while True:
+            try:
+                await self._serve(link, task_status)
+                return
+            except NsqErrorResponse as error:
+                if link.subscription.adapt(error):
+                    log.info("%s: %s; subscribing again as asked", link.address, error)
+                    continue
+                if discovered and error.code in youzan.REROUTE_ERRORS:
+                    log.warning("%s; looking the topic up again", error)
+                    self._lookup_soon.set()
+                    return
+                self._fail(error)
+                raise
+            except FATAL_ERRORS as error:
+                self._fail(error)
+                raise
+            finally:
+                link.detach()
                 self._rebalance()
-                task_status.started()
-                log.info("%s: subscribed to %s/%s", link.address, self.topic, self.channel)
-                await conn.wait_closed()
-                if conn.error is not None and not self._stopping:
-                    log.warning("%s: connection lost: %s", link.address, conn.error)
-        except FATAL_ERRORS as error:
-            self._fail(error)
-            raise
-        finally:
-            link.detach()
+
+    async def _serve(self, link: _Link, task_status: trio.TaskStatus[None]) -> None:
+        subscription = link.subscription
+        async with open_connection(
+            link.address,
+            self.config,
+            on_messages=link.on_messages,
+            on_error=link.on_error,
+            extend_support=subscription.extend,
+        ) as conn:
+            self._recognise(subscription, conn)
+            await conn.request(subscription.command(self.topic, self.channel))
+            link.attach(conn)
+            # A start position is the channel's first client's: a reconnect goes on.
+            subscription.start = None
             self._rebalance()
+            task_status.started()
+            where = "" if subscription.partition is None else f" partition {subscription.partition}"
+            log.info("%s: subscribed to %s/%s%s", link.address, self.topic, self.channel, where)
+            await conn.wait_closed()
+            if conn.error is not None and not self._stopping:
+                log.warning("%s: connection lost: %s", link.address, conn.error)
+
+    def _recognise(self, subscription: Subscription, conn: Conn) -> None:
+        """Whether nsqd is the Youzan fork, from its version; the fork's options need it."""
+        subscription.fork = youzan.is_fork_version(conn.identify.version)
+        if subscription.fork:
+            return
+        if subscription.partition is not None or subscription.start is not None:
+            version = conn.identify.version or "an unknown version"
+            raise NsqError(
+                f"{conn.address} is NSQ {version}, not the Youzan fork: "
+                "partitions and start positions need the fork"
+            )
 
     async def _discover(self) -> None:
         # Imported here: httpx (and the rich it pulls in) costs ~100ms at start-up, and
@@ -561,18 +678,48 @@ class Consumer:
         async with httpx.AsyncClient(
             timeout=config.lookupd_poll_timeout, headers=config.lookupd_headers()
         ) as client:
+            asked_for_lookupds = False
             while not self._stopping:
-                nodes, errors = await discovery.lookup_all(
+                found, errors = await discovery.lookup_topic_all(
                     client, self.lookupd_http_addresses, self.topic
                 )
                 for error in errors:
                     log.warning("%s", error)
-                for node in nodes:
-                    link = self._link(node.tcp_address)
+                if found.is_fork and not asked_for_lookupds:
+                    asked_for_lookupds = True
+                    more = await discovery.more_lookupds(client, self.lookupd_http_addresses)
+                    self.lookupd_http_addresses.extend(more)
+                for address, subscription in self._subscriptions(found):
+                    link = self._link(address, subscription)
                     if not link.running and self._nursery is not None:
                         self._nursery.start_soon(self._serve_discovered, link)
                 jitter = self._rng.random() * config.lookupd_poll_jitter
-                await trio.sleep(config.lookupd_poll_interval * (1 + jitter))
+                self._lookup_soon = trio.Event()
+                with trio.move_on_after(config.lookupd_poll_interval * (1 + jitter)):
+                    await self._lookup_soon.wait()
+
+    def _subscriptions(self, found: TopicLookup) -> list[tuple[str, Subscription]]:
+        """Where to subscribe: each producer, or on the Youzan fork each partition's
+        leader (only the partition asked for, if one was)."""
+        if not found.is_fork:
+            if found.producers and (self.partition is not None or self.start_at is not None):
+                self._fail(NsqError("partitions and start positions need the Youzan fork"))
+            return [(node.tcp_address, Subscription()) for node in found.producers]
+        meta = found.meta
+        return [
+            (
+                node.tcp_address,
+                Subscription(
+                    partition,
+                    fork=True,
+                    ordered=meta is not None and meta.ordered,
+                    extend=meta is not None and meta.extend_support,
+                    start=self.start_at,
+                ),
+            )
+            for partition, node in found.partitions.items()
+            if self.partition in (None, partition)
+        ]
 
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
@@ -626,12 +773,15 @@ async def open_consumer(
     limit: int | None = None,
     give_up: GiveUpHook | None = None,
     stop_timeout: float = 30.0,
+    partition: int | None = None,
+    start_at: youzan.StartPosition | None = None,
 ) -> AsyncIterator[Consumer]:
     """Run a consumer for the body of the block; on exit, stop cleanly.
 
     Connecting to direct nsqd addresses happens before the body starts, so a refused
     address, a TLS or AUTH failure raises here. On exit, what the application did not
     answer is requeued at once (within stop_timeout), then connections close.
+    partition and start_at are the Youzan fork's (see Consumer).
     """
     consumer = Consumer(
         topic,
@@ -641,6 +791,8 @@ async def open_consumer(
         lookupd_http_addresses=lookupd_http_addresses,
         limit=limit,
         give_up=give_up,
+        partition=partition,
+        start_at=start_at,
     )
     with single_errors():
         async with trio.open_nursery() as nursery:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from nsqtools.httpapi import Call, HttpApiError, lookupd, send
-from nsqtools.httpapi.lookupd import NsqdNode, RegisteredNsqd
+from nsqtools.httpapi.lookupd import NsqdNode, RegisteredNsqd, TopicLookup
 from nsqtools.httpapi.plans import Plan, each
 
 if TYPE_CHECKING:
@@ -44,7 +44,9 @@ __all__ = [
     "lookup",
     "lookup_all",
     "lookup_all_plan",
+    "lookup_topic_all",
     "lookup_topics_all",
+    "more_lookupds",
     "nodes",
     "nodes_all",
     "nodes_all_plan",
@@ -76,6 +78,34 @@ def lookup_all_plan(
     """lookup_all() as a plan, for any runner."""
     answers, errors = yield from _ask_each([lookupd.lookup(address, topic) for address in lookupds])
     return _merged(answers), errors
+
+
+async def lookup_topic_all(
+    client: httpx.AsyncClient, lookupds: Sequence[str], topic: str, access: str = "r"
+) -> tuple[TopicLookup, list[DiscoveryError]]:
+    """lookup_all() with the Youzan fork's partitions and meta, and the failures.
+
+    Producers merge as in lookup_all; each partition's leader and the meta come from
+    the first lookupd (in the order of `lookupds`) that names them."""
+    calls = [lookupd.topic_lookup(address, topic, access) for address in lookupds]
+    answers, errors = await run_plan(client, _ask_each(calls))
+    partitions: dict[int, NsqdNode] = {}
+    for answer in answers:
+        for partition, node in answer.partitions.items():
+            partitions.setdefault(partition, node)
+    meta = next((answer.meta for answer in answers if answer.meta is not None), None)
+    producers = _merged([list(answer.producers) for answer in answers])
+    return TopicLookup(tuple(producers), dict(sorted(partitions.items())), meta), errors
+
+
+async def more_lookupds(client: httpx.AsyncClient, lookupds: Sequence[str]) -> list[str]:
+    """The Youzan fork's lookupds that `lookupds` list (/listlookup) and are not among
+    them. Upstream nsqlookupd has no /listlookup: its failures say nothing new."""
+    calls = [lookupd.list_lookup(address) for address in lookupds]
+    answers, _ = await run_plan(client, _ask_each(calls))
+    known = {address.removeprefix("http://") for address in lookupds}
+    found = (node.http_address for answer in answers for node in answer)
+    return [address for address in dict.fromkeys(found) if address not in known]
 
 
 async def topics(client: httpx.AsyncClient, address: str) -> list[str]:

@@ -38,10 +38,12 @@ class ConnectionClosed(NsqError):
 
 
 class NsqErrorResponse(NsqError):
-    """nsqd answered a command with an error frame such as E_BAD_TOPIC."""
+    """nsqd answered a command with an error frame such as E_BAD_TOPIC. `hint` says in
+    words what a code means when nsqd's own text does not (the Youzan fork's codes)."""
 
-    def __init__(self, address: str, code: str, message: str) -> None:
-        super().__init__(f"{address}: {code} {message}".rstrip())
+    def __init__(self, address: str, code: str, message: str, hint: str = "") -> None:
+        text = f"{address}: {code} {message}".rstrip()
+        super().__init__(f"{text} ({hint})" if hint else text)
         self.address = address
         self.code = code
         self.message = message

@@ -5,7 +5,7 @@ IDENTIFY/AUTH negotiation documents (identify). It never imports trio, ssl, sock
 httpx, click or rich, so it is tested and fuzzed without any network.
 """
 
-from nsqtools.protocol import commands
+from nsqtools.protocol import commands, youzan
 from nsqtools.protocol.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
 from nsqtools.protocol.frames import (
     HEARTBEAT,
@@ -40,4 +40,5 @@ __all__ = [
     "commands",
     "is_ephemeral",
     "is_valid_name",
+    "youzan",
 ]

@@ -24,7 +24,8 @@ _SIZE = struct.Struct(">I")
 _MAX_READY = 2**31 - 1
 
 
-def _with_body(line: bytes, body: bytes) -> bytes:
+def with_body(line: bytes, body: bytes) -> bytes:
+    """A command line followed by its body, framed with the body's 4-byte size."""
     return line + _SIZE.pack(len(body)) + body
 
 
@@ -45,37 +46,62 @@ def delay_milliseconds(seconds: float, what: str) -> int:
 
 def identify(body: bytes) -> bytes:
     """IDENTIFY with its JSON body (see identify.IdentifyRequest.to_json)."""
-    return _with_body(b"IDENTIFY\n", body)
+    return with_body(b"IDENTIFY\n", body)
 
 
 def auth(secret: str) -> bytes:
     if not secret:
         raise LocalProtocolError("AUTH secret is empty")
-    return _with_body(b"AUTH\n", secret.encode())
+    return with_body(b"AUTH\n", secret.encode())
 
 
-def sub(topic: str, channel: str) -> bytes:
-    return f"SUB {check_topic(topic)} {check_channel(channel)}\n".encode()
+def check_partition(partition: int) -> int:
+    """A partition of the Youzan fork's topics, or LocalProtocolError."""
+    if partition < 0:
+        raise LocalProtocolError(f"partition must not be negative, got {partition}")
+    return partition
 
 
-def pub(topic: str, body: bytes) -> bytes:
+def _partition(partition: int | None) -> str:
+    """The Youzan fork's partition argument (" 3"), or nothing for upstream NSQ."""
+    return "" if partition is None else f" {check_partition(partition)}"
+
+
+def sub(topic: str, channel: str, partition: int | None = None) -> bytes:
+    """SUB; with a partition for the Youzan fork's partitioned topics."""
+    names = f"{check_topic(topic)} {check_channel(channel)}{_partition(partition)}"
+    return f"SUB {names}\n".encode()
+
+
+def pub(topic: str, body: bytes, partition: int | None = None) -> bytes:
     _check_body(body)
-    return _with_body(f"PUB {check_topic(topic)}\n".encode(), body)
+    return with_body(f"PUB {check_topic(topic)}{_partition(partition)}\n".encode(), body)
 
 
 def dpub(topic: str, delay: float, body: bytes) -> bytes:
     """Deferred publish: deliver `body` after `delay` seconds (sent as whole milliseconds)."""
     _check_body(body)
     line = f"DPUB {check_topic(topic)} {delay_milliseconds(delay, 'DPUB delay')}\n".encode()
-    return _with_body(line, body)
+    return with_body(line, body)
 
 
-def mpub(topic: str, bodies: Sequence[bytes], sizes: Sequence[int] | None = None) -> bytes:
+def mpub(
+    topic: str,
+    bodies: Sequence[bytes],
+    sizes: Sequence[int] | None = None,
+    partition: int | None = None,
+) -> bytes:
     """Publish several messages in one command; nsqd stores them atomically, in order.
 
     Built with one join over precomputed size prefixes: well under 100ns per message.
     `sizes`, when the caller already has them, must be the lengths of `bodies`.
     """
+    line = f"MPUB {check_topic(topic)}{_partition(partition)}\n".encode()
+    return mpub_line(line, bodies, sizes)
+
+
+def mpub_line(line: bytes, bodies: Sequence[bytes], sizes: Sequence[int] | None = None) -> bytes:
+    """A command line (MPUB's, or the Youzan fork's MPUB_TRACE) and MPUB's body."""
     if not bodies:
         raise LocalProtocolError("MPUB needs at least one message")
     if sizes is None:
@@ -85,11 +111,7 @@ def mpub(topic: str, bodies: Sequence[bytes], sizes: Sequence[int] | None = None
     count = len(bodies)
     parts = [b""] * (2 * count + 1)
     body_size = 4 + 4 * count + sum(sizes)
-    parts[0] = b"MPUB %s\n%s%s" % (
-        check_topic(topic).encode(),
-        _SIZE.pack(body_size),
-        _SIZE.pack(count),
-    )
+    parts[0] = line + _SIZE.pack(body_size) + _SIZE.pack(count)
     parts[1::2] = map(_SIZE.pack, sizes)
     parts[2::2] = bodies
     return b"".join(parts)

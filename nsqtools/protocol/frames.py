@@ -27,8 +27,12 @@ FRAME_ERROR: Final = 1
 FRAME_MESSAGE: Final = 2
 
 HEARTBEAT_DATA: Final = b"_heartbeat_"
-# Only these errors leave the connection open; nsqd closes it after any other.
-NON_FATAL_ERRORS: Final = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+# Errors about a FIN, REQ or TOUCH (commands nsqd answers only when they fail).
+ANSWER_ERRORS: Final = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+# Only these errors leave the connection open; nsqd closes it after any other. The
+# Youzan fork's leader errors refuse a PUB and keep the connection (after a SUB, nsqd
+# closes it anyway).
+NON_FATAL_ERRORS: Final = ANSWER_ERRORS | {"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE"}
 # nsqd's --max-msg-size can be raised, so allow well above its 1 MiB default.
 DEFAULT_MAX_FRAME_SIZE: Final = 64 * 1024 * 1024
 
@@ -94,6 +98,12 @@ class ErrorFrame:
         """True when nsqd closes the connection after sending this error."""
         return self.code not in NON_FATAL_ERRORS
 
+    @property
+    def refuses_request(self) -> bool:
+        """True when this is the answer to the oldest request awaiting one (SUB, PUB,
+        ...), False for a failed FIN, REQ or TOUCH, which nsqd answers only on failure."""
+        return self.code not in ANSWER_ERRORS
+
     @classmethod
     def parse(cls, data: bytes) -> ErrorFrame:
         code, _, message = data.decode("utf-8", "replace").partition(" ")
@@ -122,9 +132,11 @@ class MessageBatch:
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._headers: list[Header] = []
         self.bodies: list[bytes] = []
-        self._messages: list[Message] | None = None
-        for message in messages:
+        given = list(messages)
+        for message in given:
             self._add(message)
+        # Kept as given: they may be a subclass that carries more (the Youzan fork's).
+        self._messages = given or None
 
     def _add(self, message: Message) -> None:
         self._headers.append((0, FRAME_MESSAGE, message.timestamp, message.attempts, message.id))

@@ -34,6 +34,10 @@ class IdentifyRequest:
     msg_timeout: float = 0.0  # 0 keeps nsqd's default
     topology_region: str = ""
     topology_zone: str = ""
+    # The Youzan fork's: parse the extend header of an extend topic's messages; receive
+    # only messages tagged so. Sent only when set, so upstream nsqd sees nothing new.
+    extend_support: bool = False
+    desired_tag: str = ""
 
     def to_json(self) -> bytes:
         document: dict[str, Any] = {
@@ -58,6 +62,10 @@ class IdentifyRequest:
             document["topology_region"] = self.topology_region
         if self.topology_zone:
             document["topology_zone"] = self.topology_zone
+        if self.extend_support:
+            document["extend_support"] = True
+        if self.desired_tag:
+            document["desired_tag"] = self.desired_tag
         return json.dumps(document, separators=(",", ":")).encode()
 
 

@@ -56,6 +56,7 @@ from nsqtools.protocol import (
     RemoteProtocolError,
     Response,
     commands,
+    youzan,
 )
 from nsqtools.transport.compression import DeflateStream, SnappyStream
 from nsqtools.transport.dial import dial
@@ -259,14 +260,18 @@ class Conn:
             self._note_progress()
 
     def _error_frame(self, frame: ErrorFrame) -> None:
-        if not frame.fatal:
+        if not frame.fatal and not frame.refuses_request:
             # E_FIN_FAILED and friends: the message timed out or was already answered.
             if self._on_error is not None:
                 self._on_error(self, frame)
             else:
                 log.warning("%s: %s", self.address, frame)
             return
-        error = NsqErrorResponse(self.address, frame.code, frame.message)
+        error = _refusal(self.address, frame)
+        if not frame.fatal:
+            # The Youzan fork's leader errors refuse a PUB and keep the connection.
+            self._answer(b"", error)
+            return
         if self._pending:
             self._answer(b"", error)
         else:
@@ -410,13 +415,15 @@ async def open_connection(
     *,
     on_messages: MessageSink | None = None,
     on_error: ErrorSink | None = None,
+    extend_support: bool = False,
 ) -> AsyncIterator[Conn]:
     """Connect, negotiate and run the connection's tasks for the body of the block.
 
     on_messages receives each batch of messages as it arrives (consumers only); it runs
     in the reader task and must not block. on_error receives non-fatal error frames.
+    extend_support: identify it to the Youzan fork's nsqd, for an extend topic's SUB.
     """
-    stream, decoder, identify, auth = await negotiate(address, config)
+    stream, decoder, identify, auth = await negotiate(address, config, extend_support)
     conn = Conn(stream, decoder, address, config, identify, auth, on_messages, on_error)
     with single_errors():
         async with trio.open_nursery() as nursery:
@@ -428,7 +435,7 @@ async def open_connection(
                     await conn.aclose()
 
 
-def identify_request(config: ClientConfig) -> IdentifyRequest:
+def identify_request(config: ClientConfig, extend_support: bool = False) -> IdentifyRequest:
     return IdentifyRequest(
         client_id=config.client_id,
         hostname=config.hostname,
@@ -444,17 +451,19 @@ def identify_request(config: ClientConfig) -> IdentifyRequest:
         msg_timeout=config.msg_timeout,
         topology_region=config.topology_region,
         topology_zone=config.topology_zone,
+        extend_support=extend_support,
+        desired_tag=config.desired_tag,
     )
 
 
 async def negotiate(
-    address: str, config: ClientConfig
+    address: str, config: ClientConfig, extend_support: bool = False
 ) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
     """Dial and run the set-up sequence; return the (possibly wrapped) stream and state."""
     stream = await dial(address, config.dial_timeout, config.local_addr)
     try:
         with trio.fail_after(config.read_timeout):
-            return await _set_up(stream, address, config)
+            return await _set_up(stream, address, config, extend_support)
     except trio.TooSlowError:
         await trio.aclose_forcefully(stream)
         raise ConnectError(
@@ -467,10 +476,11 @@ async def negotiate(
 
 
 async def _set_up(
-    stream: trio.abc.Stream, address: str, config: ClientConfig
+    stream: trio.abc.Stream, address: str, config: ClientConfig, extend_support: bool
 ) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
     decoder = FrameDecoder()
-    await stream.send_all(commands.MAGIC_V2 + commands.identify(identify_request(config).to_json()))
+    request = identify_request(config, extend_support).to_json()
+    await stream.send_all(commands.MAGIC_V2 + commands.identify(request))
     decoder.receive_data(await _first_answer(stream, address))
     identify = IdentifyResponse.parse(await _read_response(stream, decoder, address, "IDENTIFY"))
     if config.tls_v1:
@@ -552,7 +562,7 @@ async def _read_response(
         elif isinstance(event, Heartbeat):
             await stream.send_all(commands.NOP)
         elif isinstance(event, ErrorFrame):
-            raise NsqErrorResponse(address, event.code, event.message)
+            raise _refusal(address, event)
         elif isinstance(event, Response):
             return event.data
         else:
@@ -568,6 +578,10 @@ async def _receive(stream: trio.abc.Stream, address: str, step: str) -> bytes:
     if not data:
         raise ConnectError(f"{address} closed the connection during {step}")
     return bytes(data)
+
+
+def _refusal(address: str, frame: ErrorFrame) -> NsqErrorResponse:
+    return NsqErrorResponse(address, frame.code, frame.message, youzan.explain(frame.code))
 
 
 def _tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
