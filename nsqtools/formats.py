@@ -5,6 +5,9 @@ raw is byte-identical to the Go nsq_tail (`body\\n`, or `topic | body\\n` with
 --print-topic). The JSON envelope carries what downstream jobs need to deduplicate
 and decode: id, timestamp (ISO-8601 and nanoseconds), attempts, topic, channel, nsqd
 address, and the body as text, or as base64 when it is not UTF-8 (`encoding` says which).
+A message of the Youzan fork adds its partition, trace id (a decimal string: it is a
+64-bit number), and queue offset, raw size and tag when its subscription carries them;
+its id, 16 binary bytes, is written as 32 hex digits.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nsqtools.protocol import Message
+from nsqtools.protocol.youzan import ForkMessage
 
 TEMPLATE_FIELDS = {
     "id": "message id",
@@ -28,6 +32,9 @@ TEMPLATE_FIELDS = {
     "channel": "channel",
     "nsqd": "address of the nsqd that delivered it",
     "body": "body as text (invalid UTF-8 replaced)",
+    "partition": "the Youzan fork's partition (empty elsewhere)",
+    "trace_id": "the Youzan fork's trace id (empty elsewhere)",
+    "queue_offset": "the Youzan fork's queue offset, after SUB_ORDERED or --start-at",
 }
 
 
@@ -73,8 +80,8 @@ def envelope(message: Message, origin: Origin) -> dict[str, object]:
         body, encoding = message.body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
-    return {
-        "id": message.id.decode("ascii", "replace"),
+    document: dict[str, object] = {
+        "id": message_id(message),
         "timestamp": iso_timestamp(message.timestamp),
         "timestamp_ns": message.timestamp,
         "attempts": message.attempts,
@@ -84,6 +91,29 @@ def envelope(message: Message, origin: Origin) -> dict[str, object]:
         "body": body,
         "encoding": encoding,
     }
+    if isinstance(message, ForkMessage):
+        document.update(_fork_fields(message))
+    return document
+
+
+def message_id(message: Message) -> str:
+    """The id as text: upstream's 16 ASCII hex digits as they are; the Youzan fork's
+    binary id in hex."""
+    if isinstance(message, ForkMessage):
+        return message.id.hex()
+    return message.id.decode("ascii", "replace")
+
+
+def _fork_fields(message: ForkMessage) -> dict[str, object]:
+    fields: dict[str, object] = {"trace_id": str(message.trace_id)}
+    if message.partition is not None:
+        fields["partition"] = message.partition
+    if message.queue_offset is not None:
+        fields["queue_offset"] = message.queue_offset
+        fields["raw_size"] = message.raw_size
+    if message.tag:
+        fields["tag"] = message.tag
+    return fields
 
 
 class Template:
@@ -112,8 +142,9 @@ class Template:
         ).encode()
 
     def _fields(self, message: Message, origin: Origin) -> dict[str, object]:
+        fork = message if isinstance(message, ForkMessage) else None
         return {
-            "id": message.id.decode("ascii", "replace"),
+            "id": message_id(message),
             "ts": iso_timestamp(message.timestamp),
             "epoch": f"{message.timestamp / 1e9:.6f}",
             "timestamp_ns": message.timestamp,
@@ -122,4 +153,11 @@ class Template:
             "channel": origin.channel,
             "nsqd": origin.nsqd,
             "body": message.body.decode("utf-8", "replace"),
+            "partition": _text(None if fork is None else fork.partition),
+            "trace_id": _text(None if fork is None else fork.trace_id),
+            "queue_offset": _text(None if fork is None else fork.queue_offset),
         }
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)

@@ -18,6 +18,14 @@ at its limits and the caller stops reading: nothing piles up without bound.
 
 Modes across nsqds: "all" (every nsqd gets every message, as to_nsq does), or a host
 policy from hostpolicy.py ("round-robin", "hostpool", "epsilon-greedy", as nsq_to_nsq).
+
+The Youzan fork: a batch may name its partition (PUB/MPUB with it), carry trace ids
+(PUB_TRACE/MPUB_TRACE, whose 30-byte answer comes back in its Outcome) or an extend
+header (PUB_EXT, one message). With Partitions (nsqtools.partitions), batches go to
+their partition's leader, a partition picked for each batch when none is named, and a
+refusal that says the partition moved (not leader, not writable, not on this nsqd)
+makes Partitions look the topic up again and the batch go to the new leader, at most
+MAX_REROUTES times.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from itertools import accumulate
 from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import trio
 
@@ -41,7 +49,8 @@ from nsqtools.config import ClientConfig
 from nsqtools.durations import format_duration
 from nsqtools.errors import ConnectError, ConnectionClosed, NsqError, NsqErrorResponse
 from nsqtools.hostpolicy import MODES, make_policy
-from nsqtools.protocol import LocalProtocolError, ProtocolError, check_topic, commands
+from nsqtools.partitions import PartitionError, Partitions
+from nsqtools.protocol import LocalProtocolError, ProtocolError, check_topic, commands, youzan
 from nsqtools.transport import Conn, open_connection
 
 log = logging.getLogger("nsqtools.producer")
@@ -59,6 +68,8 @@ DEFAULT_RECONNECT_TIMEOUT = 120.0
 DISPATCH_BYTES = 256 * 1024
 # put_many() queues at most this many messages before it looks at the limits again.
 PUT_MANY_CHUNK = 1024
+# How often a batch follows its partition to a new leader before it fails.
+MAX_REROUTES = 5
 # A lost nsqd is redialed after 50ms, 100ms, ... up to this, with 20% jitter.
 FIRST_REDIAL_DELAY = 0.05
 MAX_REDIAL_DELAY = 2.0
@@ -123,13 +134,17 @@ class Outcome:
     were meant for (error None), or failed with `error`. `tokens` are what the caller
     passed with them to put()/put_many(), in the same order (None when none were).
     `nsqd`: in the modes that pick one nsqd, the one that acknowledged them (the last
-    one, if a batch cut in pieces went to several); None in "all" mode or on failure."""
+    one, if a batch cut in pieces went to several); None in "all" mode or on failure.
+    On the Youzan fork: `partition` they went to, and `trace`, nsqd's answer to a traced
+    publish (for MPUB_TRACE: the first message's id and offset, the batch's size)."""
 
     topic: str
     bodies: Sequence[bytes]
     tokens: Sequence[Any] | None
     error: Exception | None
     nsqd: str | None = None
+    partition: int | None = None
+    trace: youzan.TraceAnswer | None = None
 
 
 OutcomeHandler = Callable[[Outcome], None]
@@ -147,11 +162,13 @@ class _Batch:
         "delay",
         "done",
         "errors",
+        "fork",
         "resolved",
         "sequence",
         "size",
         "tokens",
         "topic",
+        "trace",
     )
 
     def __init__(
@@ -162,6 +179,7 @@ class _Batch:
         delay: float | None,
         size: int,
         sequence: int,
+        fork: ForkPublish | None = None,
     ) -> None:
         self.topic = topic
         self.bodies = bodies
@@ -169,7 +187,9 @@ class _Batch:
         self.delay = delay
         self.size = size  # message bytes, for back-pressure
         self.sequence = sequence  # the order batches were made in
-        self.command = _command(topic, bodies, delay)
+        self.fork = fork
+        self.command = _command(topic, bodies, delay, fork)
+        self.trace: youzan.TraceAnswer | None = None
         self.awaiting = 0  # parts of it still without an outcome
         self.errors: list[NsqError | None] | None = None  # per message, once one failed
         self.resolved = False
@@ -204,35 +224,98 @@ class _Batch:
                 bodies = self.bodies if index - start == len(errors) else self.bodies[start:index]
                 error = errors[start]
                 nsqd = self.acknowledged_by if error is None else None
-                yield Outcome(self.topic, bodies, tokens, error, nsqd)
+                yield self.outcome(bodies, tokens, error, nsqd)
                 start = index
 
+    def outcome(
+        self,
+        bodies: Sequence[bytes],
+        tokens: Sequence[Any] | None,
+        error: Exception | None,
+        nsqd: str | None,
+    ) -> Outcome:
+        partition = None if self.fork is None else self.fork.partition
+        return Outcome(self.topic, bodies, tokens, error, nsqd, partition, self.trace)
 
-def _command(topic: str, bodies: list[bytes], delay: float | None) -> bytes:
+    def note_answer(self, response: bytes, address: str) -> NsqError | None:
+        """Keep a traced publish's answer; an answer that is not one is an error."""
+        if self.fork is None or not self.fork.traced:
+            return None
+        try:
+            self.trace = youzan.TraceAnswer.parse(response)
+        except ProtocolError as error:
+            return NsqError(f"{address}: {error}")
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ForkPublish:
+    """How the Youzan fork publishes a batch: to this partition (None: the one nsqd
+    leads), with a trace id per message (PUB_TRACE, MPUB_TRACE), or with an extend
+    header (PUB_EXT: one message; its "##trace_id" asks for a traced answer)."""
+
+    partition: int | None = None
+    trace_ids: Sequence[int] | None = None
+    ext: Mapping[str, str] | None = None
+
+    @property
+    def traced(self) -> bool:
+        return self.trace_ids is not None or (
+            self.ext is not None and youzan.TRACE_ID_KEY in self.ext
+        )
+
+    def piece(self, start: int, end: int) -> ForkPublish:
+        if self.trace_ids is None:
+            return self
+        return ForkPublish(self.partition, self.trace_ids[start:end], self.ext)
+
+
+def _command(
+    topic: str, bodies: list[bytes], delay: float | None, fork: ForkPublish | None = None
+) -> bytes:
     if delay is not None:
         return commands.dpub(topic, delay, bodies[0])
+    if fork is not None:
+        return _fork_command(topic, bodies, fork)
     if len(bodies) == 1:
         return commands.pub(topic, bodies[0])
     return commands.mpub(topic, bodies, list(map(len, bodies)))
+
+
+def _fork_command(topic: str, bodies: list[bytes], fork: ForkPublish) -> bytes:
+    partition = fork.partition
+    if fork.ext is not None or fork.trace_ids is not None:
+        if partition is None:
+            raise LocalProtocolError("traced and extended publishing needs a partition")
+        if fork.ext is not None:
+            return youzan.pub_ext(topic, partition, fork.ext, bodies[0])
+        if fork.trace_ids is not None and len(bodies) == 1:
+            return youzan.pub_trace(topic, partition, fork.trace_ids[0], bodies[0])
+        return youzan.mpub_trace(topic, partition, fork.trace_ids or (), bodies)
+    if len(bodies) == 1:
+        return commands.pub(topic, bodies[0], partition)
+    return commands.mpub(topic, bodies, list(map(len, bodies)), partition)
 
 
 class _Part:
     """Messages start..end of a batch as one command to one nsqd: the whole batch, or a
     piece of it cut again after that nsqd refused the whole for its size."""
 
-    __slots__ = ("batch", "command", "end", "start", "tried")
+    __slots__ = ("batch", "command", "end", "reroutes", "start", "tried")
 
     def __init__(self, batch: _Batch, start: int = 0, end: int | None = None) -> None:
         self.batch = batch
         self.start = start
         self.end = batch.count if end is None else end
         whole = start == 0 and self.end == batch.count
+        fork = None if batch.fork is None else batch.fork.piece(start, self.end)
         self.command = (
             batch.command
             if whole
-            else _command(batch.topic, batch.bodies[start : self.end], batch.delay)
+            else _command(batch.topic, batch.bodies[start : self.end], batch.delay, fork)
         )
         self.tried: list[int] = []  # host policies: nsqds that failed it
+        self.reroutes = 0  # the Youzan fork: times it followed its partition's leader
 
     @property
     def count(self) -> int:
@@ -336,6 +419,8 @@ class _Node:
         started = trio.current_time()
 
         def on_answer(response: bytes, error: NsqError | None) -> None:
+            if error is None:
+                error = part.batch.note_answer(response, self.address)
             self._on_part(self, part, error, trio.current_time() - started)
 
         try:
@@ -445,11 +530,12 @@ class Producer:
         retry_delay: float = 30.0,
         max_retry_delay: float = 900.0,
         on_outcome: OutcomeHandler | None = None,
+        partitions: Partitions | None = None,
     ) -> None:
         if isinstance(addresses, str):
             addresses = [addresses]
         self.addresses = tuple(dict.fromkeys(addresses))  # a repeat is the same nsqd
-        if not self.addresses:
+        if not self.addresses and partitions is None:
             raise ValueError("no nsqd address given")
         for address in self.addresses:
             split_address(address)
@@ -469,6 +555,9 @@ class Producer:
             _Node(index, address, self.config, reconnect_timeout, self._on_part)
             for index, address in enumerate(self.addresses)
         ]
+        # The Youzan fork's: partitions' leaders, dialed as batches need them.
+        self.partitions = partitions
+        self._leaders: dict[str, _Node] = {}
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._acknowledged = 0
@@ -478,9 +567,9 @@ class Producer:
         self._unresolved = 0  # messages in those batches
         self._unresolved_bytes = 0
         self._room = trio.Event()  # set when the unresolved fall below the limits
-        # put, not yet batched, by topic and delay (None: publish now, in MPUBs); with
-        # the tokens of those bodies when any were given
-        self._queues: dict[tuple[str, float | None], _Queue] = {}
+        # put, not yet batched, by topic, delay (None: publish now, in MPUBs) and the
+        # fork's partition and tracing; with the tokens of those bodies when any were given
+        self._queues: dict[_QueueKey, _Queue] = {}
         self._topics: set[str] = set()  # names already checked
         self._queued = trio.Event()  # set when put starts a new queue
         self._put_room_messages = 0  # what put may add before it must look at limits
@@ -554,9 +643,29 @@ class Producer:
 
     # -- awaited publishing ----------------------------------------------------------
 
-    async def publish(self, topic: str, body: bytes) -> None:
-        """PUB one message; return once acknowledged (by every nsqd in "all" mode)."""
-        await self._publish(self._batch(topic, [body], None, None))
+    async def publish(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        partition: int | None = None,
+        trace_id: int | None = None,
+        tag: str = "",
+    ) -> youzan.TraceAnswer | None:
+        """PUB one message; return once acknowledged (by every nsqd in "all" mode).
+
+        The Youzan fork's: to `partition`; with a trace id (PUB_TRACE) or a tag (PUB_EXT,
+        carrying the trace id too), returning nsqd's TraceAnswer when traced."""
+        fork = None
+        if tag:
+            fork = ForkPublish(partition, ext=youzan.ext_header(tag, trace_id))
+        elif trace_id is not None:
+            fork = ForkPublish(partition, trace_ids=[trace_id])
+        elif partition is not None or self.partitions is not None:
+            fork = ForkPublish(partition)
+        batch = self._batch(topic, [body], None, None, fork)
+        await self._publish(batch)
+        return batch.trace
 
     async def publish_deferred(self, topic: str, body: bytes, delay_seconds: float) -> None:
         """DPUB: nsqd delivers the message after delay_seconds (whole milliseconds)."""
@@ -593,12 +702,31 @@ class Producer:
             raise error
 
     def _batch(
-        self, topic: str, bodies: list[bytes], tokens: list[Any] | None, delay: float | None
+        self,
+        topic: str,
+        bodies: list[bytes],
+        tokens: list[Any] | None,
+        delay: float | None,
+        fork: ForkPublish | None = None,
     ) -> _Batch:
         check_topic(topic)
+        if self.partitions is not None:
+            fork = self._with_partition(topic, fork or ForkPublish())
         self._sequence += 1
         size = sum(map(len, bodies))
-        return _Batch(topic, bodies, tokens, delay, size, self._sequence)
+        return _Batch(topic, bodies, tokens, delay, size, self._sequence, fork)
+
+    def _with_partition(self, topic: str, fork: ForkPublish) -> ForkPublish:
+        """The batch's partition: the one named, else the next in turn (an ordered
+        topic's messages must name theirs: their order holds within one)."""
+        assert self.partitions is not None
+        if fork.partition is not None:
+            return fork
+        if self.partitions.is_ordered(topic):
+            raise PartitionError(
+                f"topic {topic} is ordered: give each message a partition or a shard key"
+            )
+        return ForkPublish(self.partitions.next_partition(topic), fork.trace_ids, fork.ext)
 
     # -- streaming -------------------------------------------------------------------
 
@@ -620,26 +748,36 @@ class Producer:
         bodies: Sequence[bytes],
         delay: float | None = None,
         tokens: Sequence[Any] | None = None,
+        *,
+        partition: int | None = None,
+        trace_ids: Sequence[int] | None = None,
     ) -> None:
-        """put() for each message, in order, with a fraction of its per-message cost."""
+        """put() for each message, in order, with a fraction of its per-message cost.
+
+        The Youzan fork's: to `partition` (None: one picked per batch), with a trace id
+        for each message (MPUB_TRACE)."""
         if not bodies:
             return
         if tokens is not None and len(tokens) != len(bodies):
             raise ValueError(f"{len(tokens)} tokens for {len(bodies)} messages")
+        if trace_ids is not None and len(trace_ids) != len(bodies):
+            raise ValueError(f"{len(trace_ids)} trace ids for {len(bodies)} messages")
         if delay is not None:
             commands.delay_milliseconds(delay, "DPUB delay")
-        key = (topic, delay)
+        key = _QueueKey(topic, delay, partition, trace_ids is not None)
         for start in range(0, len(bodies), PUT_MANY_CHUNK):
-            chunk = bodies[start : start + PUT_MANY_CHUNK]
-            chunk_tokens = None if tokens is None else tokens[start : start + PUT_MANY_CHUNK]
+            end = start + PUT_MANY_CHUNK
+            chunk = bodies[start:end]
+            chunk_tokens = None if tokens is None else tokens[start:end]
+            chunk_traces = None if trace_ids is None else trace_ids[start:end]
             size = sum(map(len, chunk))
             if not all(chunk):
-                self._refuse_empty(key, chunk, chunk_tokens)
+                self._refuse_empty(key, chunk, chunk_tokens, chunk_traces)
             else:
                 queue = self._queues.get(key)
                 if queue is None:
                     queue = self._new_queue(key)
-                queue.add(chunk, chunk_tokens)
+                queue.add(chunk, chunk_tokens, chunk_traces)
             self._put_room_messages -= len(chunk)
             self._put_room_bytes -= size
             if self._put_room_bytes <= 0 or self._put_room_messages <= 0:
@@ -651,8 +789,8 @@ class Producer:
         for batch in list(self._in_flight):
             await batch.done.wait()
 
-    def _new_queue(self, key: tuple[str, float | None]) -> _Queue:
-        topic = key[0]
+    def _new_queue(self, key: _QueueKey) -> _Queue:
+        topic = key.topic
         if topic not in self._topics:
             check_topic(topic)
             self._topics.add(topic)
@@ -663,22 +801,23 @@ class Producer:
 
     def _refuse_empty(
         self,
-        key: tuple[str, float | None],
+        key: _QueueKey,
         bodies: Sequence[bytes],
         tokens: Sequence[Any] | None,
+        trace_ids: Sequence[int] | None,
     ) -> None:
         """Queue the non-empty messages; fail the empty ones, which nsqd never accepts."""
         for index, body in enumerate(bodies):
             token = None if tokens is None else [tokens[index]]
             if body:
                 queue = self._queues.get(key) or self._new_queue(key)
-                queue.add([body], token)
+                queue.add([body], token, None if trace_ids is None else [trace_ids[index]])
                 continue
             self._failed += 1
             self._failure_reasons[_EMPTY] += 1
             if self.on_outcome is not None:
                 error = LocalProtocolError(_EMPTY)
-                self.on_outcome(Outcome(key[0], [body], token, error))
+                self.on_outcome(Outcome(key.topic, [body], token, error, None, key.partition))
 
     async def _hand_over(self) -> None:
         """Batch what put queued, wait while the limits are reached, let the sends run."""
@@ -714,8 +853,10 @@ class Producer:
 
     def _dispatch_queued(self) -> None:
         queues, self._queues = self._queues, {}
-        for (topic, delay), queue in queues.items():
-            for batch in self._batches(topic, queue.bodies, queue.tokens, delay):
+        for key, queue in queues.items():
+            for batch in self._batches(
+                key.topic, queue.bodies, queue.tokens, key.delay, key.partition, queue.trace_ids
+            ):
                 self._send(batch)
         self._refill_put_room()
 
@@ -725,6 +866,8 @@ class Producer:
         bodies: list[bytes],
         tokens: list[Any] | None,
         delay: float | None = None,
+        partition: int | None = None,
+        trace_ids: list[int] | None = None,
     ) -> Iterator[_Batch]:
         """Batches for the messages in order: MPUBs within the limits known, a message
         alone as PUB, and a DPUB each when deferred (nsqd has no deferred MPUB)."""
@@ -733,9 +876,13 @@ class Producer:
             ranges = cut_points(sizes, self.max_body_size, self.max_message_size)
         else:
             ranges = [(index, index + 1) for index in range(len(bodies))]
+        fork = None
+        if partition is not None or trace_ids is not None:
+            fork = ForkPublish(partition, trace_ids)
         for start, end in ranges:
             chunk_tokens = None if tokens is None else tokens[start:end]
-            yield self._batch(topic, bodies[start:end], chunk_tokens, delay)
+            chunk_fork = None if fork is None else fork.piece(start, end)
+            yield self._batch(topic, bodies[start:end], chunk_tokens, delay, chunk_fork)
 
     # -- routing and outcomes --------------------------------------------------------
 
@@ -744,13 +891,50 @@ class Producer:
         self._in_flight.add(batch)
         self._unresolved += batch.count
         self._unresolved_bytes += batch.size
-        if self._policy is None:
+        if self.partitions is not None:
+            batch.awaiting = 1
+            self._send_to_leader(_Part(batch))
+        elif self._policy is None:
             batch.awaiting = len(self._nodes)
             for node in self._nodes:
                 node.send(_Part(batch))
         else:
             batch.awaiting = 1
             self._nodes[self._policy.pick(trio.current_time())].send(_Part(batch))
+
+    def _send_to_leader(self, part: _Part) -> None:
+        """The Youzan fork: to the nsqd leading the batch's partition."""
+        assert self.partitions is not None and part.batch.fork is not None
+        topic, partition = part.batch.topic, part.batch.fork.partition
+        assert partition is not None  # _batch names one
+        address = self.partitions.leader(topic, partition)
+        if address is None:
+            self._fail(part, PartitionError(f"no nsqd leads partition {partition} of {topic}"))
+            return
+        node = self._leaders.get(address)
+        if node is None:
+            node = _Node(-1, address, self.config, self.reconnect_timeout, self._on_part)
+            self._leaders[address] = node
+            self._require_open().start_soon(node.run, self._require_open())
+        node.send(part)
+
+    def _reroute(self, part: _Part, error: NsqErrorResponse) -> None:
+        """The partition moved: look the topic up again and follow it, a few times."""
+        part.reroutes += 1
+        if part.reroutes > MAX_REROUTES:
+            self._fail(part, error)
+            return
+        log.warning("%s; looking up %s again", error, part.batch.topic)
+        self._require_open().start_soon(self._send_after_lookup, part)
+
+    async def _send_after_lookup(self, part: _Part) -> None:
+        assert self.partitions is not None
+        try:
+            await self.partitions.refresh(part.batch.topic)
+        except NsqError as error:
+            self._fail(part, error)
+            return
+        self._send_to_leader(part)
 
     def _on_part(
         self, node: _Node, part: _Part, error: NsqError | None, response_time: float
@@ -760,10 +944,14 @@ class Producer:
             return  # abandoned meanwhile
         now = trio.current_time()
         if error is None:
+            if self._policy is not None or self.partitions is not None:
+                part.batch.acknowledged_by = node.address
             if self._policy is not None:
                 self._policy.mark_success(node.index, now, response_time)
-                part.batch.acknowledged_by = node.address
             self._settle(part)
+        elif self.partitions is not None and _moved(error):
+            assert isinstance(error, NsqErrorResponse)
+            self._reroute(part, error)
         elif isinstance(error, NsqErrorResponse) and error.code in _SIZE_ERRORS:
             self._cut_again(node, part, error)
         elif _is_transient(error):
@@ -842,7 +1030,7 @@ class Producer:
             self._acknowledged += batch.count
             if self.on_outcome is not None:
                 self.on_outcome(
-                    Outcome(batch.topic, batch.bodies, batch.tokens, None, batch.acknowledged_by)
+                    batch.outcome(batch.bodies, batch.tokens, None, batch.acknowledged_by)
                 )
         else:
             for outcome in batch.outcomes():
@@ -858,24 +1046,49 @@ class Producer:
             self._room.set()
 
 
-class _Queue:
-    """Messages put for one topic and delay, not yet batched, with their tokens."""
+class _QueueKey(NamedTuple):
+    """What messages must share to be batched together."""
 
-    __slots__ = ("bodies", "tokens")
+    topic: str
+    delay: float | None
+    partition: int | None = None  # the Youzan fork's
+    traced: bool = False
+
+
+class _Queue:
+    """Messages put for one topic, delay and partition, not yet batched, with their
+    tokens and trace ids."""
+
+    __slots__ = ("bodies", "tokens", "trace_ids")
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
         self.tokens: list[Any] | None = None
+        self.trace_ids: list[int] | None = None
 
-    def add(self, bodies: Sequence[bytes], tokens: Sequence[Any] | None) -> None:
+    def add(
+        self,
+        bodies: Sequence[bytes],
+        tokens: Sequence[Any] | None,
+        trace_ids: Sequence[int] | None = None,
+    ) -> None:
         if tokens is not None and self.tokens is None:
             self.tokens = [None] * len(self.bodies)
+        if trace_ids is not None and self.trace_ids is None:
+            self.trace_ids = [0] * len(self.bodies)
         self.bodies.extend(bodies)
         if self.tokens is not None:
             self.tokens.extend([None] * len(bodies) if tokens is None else tokens)
+        if self.trace_ids is not None:
+            self.trace_ids.extend([0] * len(bodies) if trace_ids is None else trace_ids)
 
 
 _EMPTY = "message body is empty: nsqd rejects empty messages"
+
+
+def _moved(error: NsqError) -> bool:
+    """The Youzan fork's refusal of a partition that moved, or is moving."""
+    return isinstance(error, NsqErrorResponse) and error.code in youzan.REROUTE_ERRORS
 
 
 def _is_transient(error: NsqError) -> bool:

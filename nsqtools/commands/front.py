@@ -43,9 +43,10 @@ _GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 # Help headings for the options Go's tool does not have, in the order help shows them.
 TLS_AND_AUTH = "TLS, compression and AUTH"
 OUTPUT = "Output and delivery"
+YOUZAN = "The Youzan fork (partitioned and ordered topics)"
 LOGGING = "Logging"
 OTHER = "Other options"
-HELP_GROUPS = (TLS_AND_AUTH, OUTPUT, LOGGING, OTHER)
+HELP_GROUPS = (TLS_AND_AUTH, OUTPUT, YOUZAN, LOGGING, OTHER)
 
 
 class GroupedOption(click.Option):

@@ -23,6 +23,7 @@ from nsqtools.commands.front import (
     LOGGING,
     OUTPUT,
     TLS_AND_AUTH,
+    YOUZAN,
     fail,
     grouped_option,
 )
@@ -369,7 +370,50 @@ def _first_class_settings(options: dict[str, Any]) -> dict[str, Any]:
     secret = _auth_secret(options)
     if secret:
         settings["auth_secret"] = secret
+    if options.get("desired_tag"):
+        settings["desired_tag"] = options["desired_tag"]
     return settings
+
+
+def partition_option(what: str) -> Callable[[F], F]:
+    """--partition N: the Youzan fork's partition to consume or publish to."""
+    return grouped_option(
+        YOUZAN, "--partition", type=GoInt(min=0), metavar="N", help=f"{what} (Youzan fork)."
+    )
+
+
+def fork_consumer_options() -> Callable[[F], F]:
+    """The Youzan fork's consumer options: a partition, a start position, a tag."""
+    return _stack(
+        partition_option("Consume only this partition"),
+        grouped_option(
+            YOUZAN,
+            "--start-at",
+            metavar="end|timestamp:SEC|offset:N|count:N",
+            help="Start a new channel here (SUB_ADVANCED): the end, a time in Unix seconds, "
+            "a queue offset, or a message count. Only a channel's first client sets it; "
+            "with --nsqd-tcp-address it needs --partition.",
+        ),
+        grouped_option(
+            YOUZAN,
+            "--desired-tag",
+            metavar="TAG",
+            help="Receive only messages tagged so (an extend topic's dispatch tag).",
+        ),
+    )
+
+
+def start_position(options: dict[str, Any]) -> Any:
+    """--start-at as a youzan.StartPosition, or None; a bad one is a usage error."""
+    text = options.get("start_at")
+    if text is None:
+        return None
+    from nsqtools.protocol import LocalProtocolError, youzan
+
+    try:
+        return youzan.parse_start_position(text)
+    except LocalProtocolError as error:
+        raise click.BadParameter(str(error), param_hint="--start-at") from None
 
 
 def _auth_secret(options: dict[str, Any]) -> str:

@@ -9,6 +9,11 @@ its records wait (up to --reconnect-timeout); exit status 1 with a count when an
 record was not acknowledged by every nsqd, and --failed-file keeps exactly those
 records, so that feeding it back completes the job. A second SIGINT/SIGTERM exits at
 once, still with the count (every record without an answer counts as failed).
+
+On the Youzan fork: --partition names the partition of every PUB; through the fork's
+nsqlookupd (--lookupd-http-address) records go to each partition's leader, in turn, or
+by --shard-key (a record's field, or a template over its fields, hashed to a partition:
+the order of one key's records holds); --trace-id publishes traced (PUB_TRACE).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import click
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
+    YOUZAN,
     GoFlagsCommand,
     configure_logging,
     fail,
@@ -37,6 +43,7 @@ from nsqtools.commands.options import (
     connection_options,
     logging_options,
     nsqd_addresses,
+    partition_option,
 )
 
 if TYPE_CHECKING:
@@ -46,9 +53,13 @@ if TYPE_CHECKING:
     import trio
 
     from nsqtools.config import ClientConfig
+    from nsqtools.partitions import Partitions
     from nsqtools.producer import Outcome, Producer
+    from nsqtools.records import RecordKey
 
 TOOL = "to_nsq"
+# Records by the Youzan fork's partition (None: the one nsqd leads), with trace ids.
+_ByPartition = dict[int | None, tuple[list[bytes], list[int] | None]]
 PROGRESS_INTERVAL = 0.5
 
 
@@ -92,6 +103,31 @@ PROGRESS_INTERVAL = 0.5
     help="While an nsqd that was reachable is down, stop reading, keep its records and "
     "redial it for this long before counting them failed.",
 )
+@grouped_option(
+    YOUZAN,
+    "--lookupd-http-address",
+    "lookupd_http_addresses",
+    multiple=True,
+    metavar="HOST:PORT",
+    help="Publish through the Youzan fork's nsqlookupd, to each partition's leader "
+    "(instead of --nsqd-tcp-address; may be given multiple times).",
+)
+@partition_option("Publish to this partition")
+@grouped_option(
+    YOUZAN,
+    "--shard-key",
+    metavar="FIELD|TEMPLATE",
+    help="Hash each JSON record's FIELD, or a template such as '{user}-{region}', to its "
+    "partition (CRC-32 modulo the partition count): one key's records keep their order. "
+    "Needs --lookupd-http-address.",
+)
+@grouped_option(
+    YOUZAN,
+    "--trace-id",
+    metavar="ID|FIELD|TEMPLATE",
+    help="Publish traced (PUB_TRACE/MPUB_TRACE) with this trace id, a number or taken "
+    "from each JSON record (an unsigned 64-bit number).",
+)
 @connection_options("producer-opt")
 @logging_options(TOOL)
 @version_option(TOOL, go_has_it=False)
@@ -105,9 +141,14 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
     if not topic:
         fail("--topic required")
     addresses = list(options["nsqd_tcp_addresses"])
-    if not addresses:
+    lookupds = list(options["lookupd_http_addresses"])
+    if not addresses and not lookupds:
         fail("--nsqd-tcp-address required")
+    if addresses and lookupds:
+        fail("use --nsqd-tcp-address or --lookupd-http-address, not both")
     check_addresses(addresses, "--nsqd-tcp-address")
+    check_addresses(lookupds, "--lookupd-http-address")
+    _check_fork_options(options)
     try:
         check_topic(topic)
         delimiter = parse_delimiter(options["delimiter"])
@@ -119,6 +160,25 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
     failed_file = _open_failed_file(options["failed_file"], sources, delimiter)
     run_ = _Run(topic, delimiter, failed_file, options)
     run_event_loop(run_.publish, sources, addresses, config)
+
+
+def _check_fork_options(options: dict[str, Any]) -> None:
+    from nsqtools.records import RecordKey, RecordKeyError
+
+    fork = [name for name in ("partition", "shard_key", "trace_id") if options[name] is not None]
+    if fork and options["defer"] is not None:
+        fail(f"--{fork[0].replace('_', '-')} cannot be used with --defer")
+    if options["shard_key"] is not None:
+        if options["partition"] is not None:
+            fail("use --shard-key or --partition, not both")
+        if not options["lookupd_http_addresses"]:
+            fail("--shard-key needs --lookupd-http-address (to know the partitions)")
+    for name in ("shard_key", "trace_id"):
+        if options[name] is not None:
+            try:
+                RecordKey(options[name])
+            except RecordKeyError as error:
+                fail(f"--{name.replace('_', '-')}: {error}")
 
 
 class _FailedFile:
@@ -180,6 +240,12 @@ class _Run:
         self.rate: int = options["rate"]
         self.delay: float | None = options["defer"]
         self.reconnect_timeout: float = options["reconnect_timeout"]
+        self.lookupds: list[str] = list(options["lookupd_http_addresses"])
+        self.partition: int | None = options["partition"]
+        self.shard_key = _record_key(options["shard_key"])
+        self.trace_id = _record_key(options["trace_id"])
+        self.partitions: Partitions | None = None
+        self.unkeyed: Counter[str] = _counter()  # records without a shard key or trace id
         self.held: list[bytes] = []  # read, not yet given to the producer (--rate)
         self.unsent = 0  # held records given up on a second signal
         self.producer: Producer | None = None
@@ -187,23 +253,38 @@ class _Run:
     async def publish(
         self, sources: tuple[Path, ...], addresses: list[str], config: ClientConfig
     ) -> None:
+
+        from contextlib import AsyncExitStack
+
+        from nsqtools.partitions import Partitions
+        from nsqtools.producer import Producer
+
+        on_outcome = self._record_failures if self.failed_file is not None else None
+        async with AsyncExitStack() as stack:
+            if self.lookupds:
+                self.partitions = await stack.enter_async_context(Partitions(self.lookupds, config))
+                await self.partitions.refresh(self.topic)
+            producer = Producer(
+                addresses,
+                config,
+                mode="all",
+                reconnect_timeout=self.reconnect_timeout,
+                on_outcome=on_outcome,
+                partitions=self.partitions,
+            )
+            self.producer = producer
+            await stack.enter_async_context(producer)
+            await self._publish_all(sources, producer)
+        self._finish()
+
+    async def _publish_all(self, sources: tuple[Path, ...], producer: Producer) -> None:
         import sys
 
         import trio
 
-        from nsqtools.producer import Producer
         from nsqtools.runtime.signals import watch_signals
 
-        on_outcome = self._record_failures if self.failed_file is not None else None
-        producer = Producer(
-            addresses,
-            config,
-            mode="all",
-            reconnect_timeout=self.reconnect_timeout,
-            on_outcome=on_outcome,
-        )
-        self.producer = producer
-        async with producer, trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
             # First SIGINT/SIGTERM: read no more, publish what was read, exit. Second:
             # exit at once, every record without an answer counted failed (and kept in
@@ -220,7 +301,6 @@ class _Run:
                     await self._publish_source(source)
             await producer.flush()
             nursery.cancel_scope.cancel()
-        self._finish()
 
     async def _publish_source(self, source: Path) -> None:
         import os
@@ -254,7 +334,46 @@ class _Run:
 
         assert self.producer is not None
         with trio.CancelScope(shield=True):
-            await self.producer.put_many(self.topic, records, self.delay)
+            if self.shard_key is None and self.trace_id is None:
+                await self.producer.put_many(
+                    self.topic, records, self.delay, partition=self.partition
+                )
+                return
+            for partition, (bodies, trace_ids) in self._keyed(records).items():
+                await self.producer.put_many(
+                    self.topic, bodies, partition=partition, trace_ids=trace_ids
+                )
+
+    def _keyed(
+        self, records: list[bytes]
+    ) -> dict[int | None, tuple[list[bytes], list[int] | None]]:
+        """The records by partition (in their order within each), with their trace ids.
+        A record without its key fails here: written to the failed file, counted."""
+        from nsqtools.records import RecordKeyError
+
+        groups: _ByPartition = {}
+        unkeyed: list[bytes] = []
+        for record in records:
+            try:
+                partition = self._partition_of(record)
+                trace_id = None if self.trace_id is None else _trace_id(self.trace_id.of(record))
+            except RecordKeyError as error:
+                self.unkeyed[f"no --shard-key or --trace-id: {error}"] += 1
+                unkeyed.append(record)
+                continue
+            bodies, trace_ids = groups.setdefault(partition, ([], None if trace_id is None else []))
+            bodies.append(record)
+            if trace_ids is not None and trace_id is not None:
+                trace_ids.append(trace_id)
+        if unkeyed and self.failed_file is not None:
+            self.failed_file.write(unkeyed)
+        return groups
+
+    def _partition_of(self, record: bytes) -> int | None:
+        if self.shard_key is None:
+            return self.partition
+        assert self.partitions is not None  # --shard-key needs --lookupd-http-address
+        return self.partitions.for_key(self.topic, self.shard_key.of(record).encode())
 
     def _record_failures(self, outcome: Outcome) -> None:
         if outcome.error is not None and self.failed_file is not None:
@@ -309,14 +428,34 @@ class _Run:
 
         assert self.producer is not None
         producer = self.producer
-        reasons = Counter(producer.failure_reasons)
+        reasons = Counter(producer.failure_reasons) + self.unkeyed
         if self.unsent:
             reasons["interrupted before it was sent"] += self.unsent
-        failed = producer.failed + self.unsent
+        failed = producer.failed + self.unsent + self.unkeyed.total()
         if not failed:
             return None
         where = f"; they are in {self.failed_file.path}" if self.failed_file is not None else ""
         return unpublished(failed, producer.acknowledged + failed, reasons) + where
+
+
+def _record_key(spec: str | None) -> RecordKey | None:
+    from nsqtools.records import RecordKey
+
+    return None if spec is None else RecordKey(spec)
+
+
+def _trace_id(text: str) -> int:
+    from nsqtools.records import RecordKeyError
+
+    if not text.isdigit() or int(text) >= 2**64:
+        raise RecordKeyError(f"trace id {text[:40]!r} is not an unsigned 64-bit number")
+    return int(text)
+
+
+def _counter() -> Counter[str]:
+    from collections import Counter
+
+    return Counter()
 
 
 def unpublished(failed: int, total: int, reasons: Counter[str], what: str = "records") -> str:

@@ -30,6 +30,7 @@ from nsqtools.commands.options import (
     GoInt,
     connection_options,
     consumer_addresses,
+    fork_consumer_options,
     logging_options,
     nsqd_and_lookupd_addresses,
 )
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from nsqtools.commands.stdio import StdoutWriter
     from nsqtools.config import ClientConfig
     from nsqtools.consumer import Batch
+    from nsqtools.protocol.youzan import StartPosition
     from nsqtools.runtime.sinks import Delivery
 
 TOOL = "nsq_tail"
@@ -54,10 +56,12 @@ class TailSettings:
     lookupd_http_addresses: list[str]
     config: ClientConfig
     color: bool
+    partition: int | None = None  # the Youzan fork's
+    start_at: StartPosition | None = None
 
 
 def _settings(options: dict[str, Any]) -> TailSettings:
-    from nsqtools.commands.options import build_config
+    from nsqtools.commands.options import build_config, start_position
     from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
 
     topics = list(options["topics"])
@@ -76,6 +80,9 @@ def _settings(options: dict[str, Any]) -> TailSettings:
     if 0 < total < max_in_flight:
         max_in_flight = total  # don't ask for more messages than we want
     _check_format(options["output_format"])
+    start_at = start_position(options)
+    if start_at is not None and nsqd and options["partition"] is None:
+        fail("--start-at with --nsqd-tcp-address needs --partition")
     return TailSettings(
         topics=topics,
         channel=channel,
@@ -87,6 +94,8 @@ def _settings(options: dict[str, Any]) -> TailSettings:
         config=build_config(TOOL, options, max_in_flight=max_in_flight),
         # NO_COLOR's convention: any non-empty value turns colors off.
         color=not (options["no_color"] or os.environ.get("NO_COLOR")),
+        partition=options["partition"],
+        start_at=start_at,
     )
 
 
@@ -128,13 +137,15 @@ def _check_format(output_format: str) -> None:
     show_default=True,
     metavar="raw|json|TEMPLATE",
     help="raw bodies; json: one JSON envelope per line (id, timestamp, attempts, topic, "
-    "channel, nsqd, body, encoding); or a template such as '{ts} {topic} {body}' with "
-    "fields id, ts, epoch, timestamp_ns, attempts, topic, channel, nsqd, body.",
+    "channel, nsqd, body, encoding; on the Youzan fork also partition, trace_id, "
+    "queue_offset); or a template such as '{ts} {topic} {body}' with fields id, ts, epoch, "
+    "timestamp_ns, attempts, topic, channel, nsqd, body, partition, trace_id, queue_offset.",
 )
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
     "nsqlookupd HTTP address (may be given multiple times).",
 )
+@fork_consumer_options()
 @connection_options("consumer-opt")
 @logging_options(TOOL)
 @version_option(TOOL)
@@ -219,6 +230,8 @@ async def tail(settings: TailSettings) -> None:
         nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
         lookupd_http_addresses=settings.lookupd_http_addresses,
         total=settings.total,
+        partition=settings.partition,
+        start_at=settings.start_at,
     )
     summary = await run_consumers(consume, lambda topic: sink)
     if summary.sink_closed:

@@ -25,6 +25,7 @@ import trio
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Batch, Consumer, open_consumer
 from nsqtools.errors import NsqError
+from nsqtools.protocol.youzan import StartPosition
 from nsqtools.runtime.signals import watch_signals
 from nsqtools.runtime.sinks import Delivery, Sink, SinkClosed, SinkFailed
 
@@ -52,6 +53,8 @@ class ConsumeSettings:
     lookupd_http_addresses: list[str] = field(default_factory=list)
     total: int = 0  # -n across all topics (0: no limit)
     topic_refresh: float = 60.0  # seconds between looks for new topics (with a finder)
+    partition: int | None = None  # the Youzan fork's: only this partition
+    start_at: StartPosition | None = None  # the Youzan fork's: where new channels start
 
 
 @dataclass
@@ -175,6 +178,8 @@ class _Run:
             nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
             lookupd_http_addresses=settings.lookupd_http_addresses,
             limit=settings.total or None,
+            partition=settings.partition,
+            start_at=settings.start_at,
         )
 
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:

@@ -1,0 +1,125 @@
+"""Where a message goes on the Youzan fork: a topic's partitions, for publishing.
+
+The fork splits a topic into partitions, each led by one nsqd, and every PUB names
+its partition. Partitions knows, per topic, each partition's leader and the topic's
+meta, from nsqlookupd asked for writing (`access=w&metainfo=true`), and refreshes them
+when an nsqd says it no longer leads one. It picks a partition for each batch: the one
+asked for; on an ordered topic the one a shard key hashes to; otherwise the next in
+turn (round-robin), so every partition gets its share.
+
+The shard key's partition is CRC-32 (IEEE, as zlib and Go's hash/crc32 compute it) of
+the key's bytes modulo the topic's partition count: the same key always goes to the
+same partition while the count stays, whatever process publishes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import trio
+
+from nsqtools.config import ClientConfig
+from nsqtools.errors import NsqError
+from nsqtools.httpapi.lookupd import TopicLookup
+
+if TYPE_CHECKING:
+    import httpx
+
+
+class PartitionError(NsqError):
+    """A topic's partitions cannot be published to (none writable, not the fork, ...)."""
+
+
+def shard_partition(key: bytes, partition_count: int) -> int:
+    """The partition a shard key goes to: CRC-32 of the key modulo the count."""
+    return zlib.crc32(key) % partition_count
+
+
+class Partitions:
+    """The partitions of the topics published to, from nsqlookupd. Use as
+    `async with Partitions(lookupds, config) as partitions:`."""
+
+    def __init__(self, lookupd_http_addresses: Sequence[str], config: ClientConfig) -> None:
+        if not lookupd_http_addresses:
+            raise ValueError("no nsqlookupd address given")
+        self.lookupd_http_addresses = list(lookupd_http_addresses)
+        self.config = config
+        self._topics: dict[str, TopicLookup] = {}
+        self._turns: dict[str, Iterator[int]] = {}
+        self._refreshing: dict[str, trio.Event] = {}
+        self._client: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> Partitions:
+        import httpx
+
+        self._client = httpx.AsyncClient(
+            timeout=self.config.lookupd_poll_timeout, headers=self.config.lookupd_headers()
+        )
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def refresh(self, topic: str) -> TopicLookup:
+        """Look the topic up again (callers at once share one lookup). Raises
+        PartitionError when no lookupd answers or the topic has no writable partition."""
+        if topic in self._refreshing:
+            await self._refreshing[topic].wait()
+            return self.lookup(topic)
+        done = self._refreshing[topic] = trio.Event()
+        try:
+            self._topics[topic] = await self._ask(topic)
+            self._turns[topic] = itertools.cycle(sorted(self._topics[topic].partitions))
+        finally:
+            del self._refreshing[topic]
+            done.set()
+        return self._topics[topic]
+
+    async def _ask(self, topic: str) -> TopicLookup:
+        from nsqtools import discovery
+
+        assert self._client is not None, "use Partitions in `async with`"
+        found, errors = await discovery.lookup_topic_all(
+            self._client, self.lookupd_http_addresses, topic, access="w"
+        )
+        if found.partitions:
+            return found
+        if errors:
+            raise PartitionError(str(errors[0]))
+        if found.producers:
+            raise PartitionError(f"topic {topic} is not on the Youzan fork: it has no partitions")
+        raise PartitionError(f"topic {topic} has no writable partition (nsqlookupd lists none)")
+
+    def lookup(self, topic: str) -> TopicLookup:
+        """What the last refresh found (refresh first)."""
+        found = self._topics.get(topic)
+        if found is None:
+            raise PartitionError(f"topic {topic} was not looked up")
+        return found
+
+    def is_ordered(self, topic: str) -> bool:
+        meta = self.lookup(topic).meta
+        return meta is not None and meta.ordered
+
+    def partition_count(self, topic: str) -> int:
+        found = self.lookup(topic)
+        if found.meta is not None:
+            return found.meta.partition_num
+        return max(found.partitions) + 1
+
+    def leader(self, topic: str, partition: int) -> str | None:
+        """The TCP address of the nsqd leading the partition, if nsqlookupd named one."""
+        node = self.lookup(topic).partitions.get(partition)
+        return None if node is None else node.tcp_address
+
+    def next_partition(self, topic: str) -> int:
+        """The partitions in turn, for a topic whose messages need no order."""
+        self.lookup(topic)
+        return next(self._turns[topic])
+
+    def for_key(self, topic: str, key: bytes) -> int:
+        return shard_partition(key, self.partition_count(topic))
