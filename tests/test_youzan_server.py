@@ -1,0 +1,731 @@
+"""The scripted Youzan fork (nsqtools.testing.youzan) against its spec page, byte for byte.
+
+Raw sockets and http.client only, never our client: these tests check the stand-in that
+our client's tests rely on, so they must not share that client's mistakes. Every
+expected byte is written out from /work/shared/spec/youzan.md.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import select
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from nsqtools.testing.cluster import wait_until
+from nsqtools.testing.youzan import ForkTopic, StoredMessage, YouzanCluster
+
+VERSION = "0.3.7-HA.1.12.7"
+V1 = {"Accept": "application/vnd.nsq; version=1.0"}
+TIMEOUT = 5.0
+RESPONSE, ERROR, MESSAGE = 0, 1, 2
+
+TOPICS = (
+    ForkTopic("plain", channels=("ch1",)),
+    ForkTopic("ordered", ordered=True),
+    ForkTopic("ext", extend=True),
+    ForkTopic("locked", disable_channel_auto_create=True, channels=("known",)),
+    ForkTopic("fresh"),
+)
+
+
+class Client:
+    """A raw connection to one nsqd: commands out, frames in."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        self.sock.sendall(b"  V2")
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def command(self, line: bytes, body: bytes | None = None) -> None:
+        sized = b"" if body is None else struct.pack(">i", len(body)) + body
+        self.send(line + b"\n" + sized)
+
+    def identify(self, **fields: Any) -> dict[str, Any]:
+        self.command(b"IDENTIFY", json.dumps({"feature_negotiation": True, **fields}).encode())
+        answer = self.response()
+        while answer == b"_heartbeat_":  # a fast heartbeat may come first
+            answer = self.response()
+        document: dict[str, Any] = json.loads(answer)
+        return document
+
+    def frame(self) -> tuple[int, bytes]:
+        while True:
+            if len(self.buffer) >= 8:
+                size, frame_type = struct.unpack(">ii", self.buffer[:8])
+                if len(self.buffer) >= 4 + size:
+                    data, self.buffer = self.buffer[8 : 4 + size], self.buffer[4 + size :]
+                    return frame_type, data
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            self.buffer += chunk
+
+    def expect(self, frame_type: int) -> bytes:
+        got, data = self.frame()
+        assert got == frame_type, (got, data)
+        return data
+
+    def response(self) -> bytes:
+        return self.expect(RESPONSE)
+
+    def error(self) -> bytes:
+        return self.expect(ERROR)
+
+    def message(self) -> bytes:
+        return self.expect(MESSAGE)
+
+    def is_closed(self) -> bool:
+        """True once the server closed the connection (within TIMEOUT), with no frame left."""
+        try:
+            return not self.buffer and self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def quiet(self, seconds: float = 0.2) -> bool:
+        """Nothing arrives for `seconds`: a bounded check that a frame is NOT sent."""
+        readable, _, _ = select.select([self.sock], [], [], seconds)
+        return not self.buffer and not readable
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+Connect = Callable[..., Client]
+
+
+@pytest.fixture
+def fork() -> Iterator[YouzanCluster]:
+    with YouzanCluster(TOPICS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def connect(fork: YouzanCluster) -> Iterator[Connect]:
+    clients: list[Client] = []
+
+    def open_client(nsqd: int = 0, cluster: YouzanCluster = fork) -> Client:
+        client = Client(cluster.nsqd_tcp_addresses[nsqd])
+        clients.append(client)
+        return client
+
+    yield open_client
+    for client in clients:
+        client.close()
+
+
+def get(address: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection(address, timeout=TIMEOUT)
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def compact(document: Any) -> bytes:
+    """JSON as Go's encoder writes it: no spaces, keys in the order given."""
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def wrapped(data: Any) -> bytes:
+    return compact({"status_code": 200, "status_txt": "OK", "data": data})
+
+
+def wrapped_error(text: str) -> bytes:
+    return compact({"status_code": 500, "status_txt": text, "data": None})
+
+
+def port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def peer(fork: YouzanCluster, index: int) -> dict[str, Any]:
+    """The page's peer record for nsqd `index`."""
+    tcp = port(fork.nsqd_tcp_addresses[index])
+    rpc = tcp + 100 if tcp <= 65435 else tcp - 100
+    remote = f"127.0.0.1:{50000 + index}"
+    return {
+        "id": remote,
+        "remote_address": remote,
+        "hostname": "host",
+        "broadcast_address": "127.0.0.1",
+        "tcp_port": tcp,
+        "http_port": port(fork.nsqd_http_addresses[index]),
+        "version": VERSION,
+        "distributed_id": f"127.0.0.1:{rpc}:{tcp}:{index + 1}",
+    }
+
+
+def meta(partition_num: int = 2, **flags: bool) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "disable_channel_auto_create": False,
+        "extend_support": False,
+        "multi_part": False,
+        "ordered": False,
+        "partition_num": partition_num,
+        "replica": 1,
+    }
+    return {**document, **flags}
+
+
+def trace_answer(message: StoredMessage, trace_id: int, raw_size: int) -> bytes:
+    return b"OK" + struct.pack(">QQQI", message.internal_id, trace_id, message.offset, raw_size)
+
+
+def message_frame(
+    message: StoredMessage, attempts: int, ext: bytes | None = None, detail: bool = False
+) -> bytes:
+    """The page's MESSAGE layout; ext None: no ext part at all."""
+    frame = struct.pack(">QH", message.timestamp, attempts)
+    frame += struct.pack(">QQ", message.internal_id, message.trace_id)
+    if ext is not None:
+        frame += struct.pack(">BH", 4, len(ext)) + ext if ext else b"\x00"
+    if detail:
+        frame += struct.pack(">QI", message.offset, message.raw_size)
+    return frame + message.body
+
+
+def mpub(*bodies: bytes) -> bytes:
+    return struct.pack(">i", len(bodies)) + b"".join(
+        struct.pack(">i", len(body)) + body for body in bodies
+    )
+
+
+def ext_body(header: bytes, payload: bytes) -> bytes:
+    return struct.pack(">H", len(header)) + header + payload
+
+
+# nsqlookupd
+
+
+def test_lookup_wrapped_with_metainfo_and_access_w_as_the_page_example(
+    fork: YouzanCluster,
+) -> None:
+    status, body = get(fork.lookupd_http_address, "/lookup?topic=plain&access=w&metainfo=true")
+    assert status == 200
+    partitions = {"0": peer(fork, 0), "1": peer(fork, 1)}
+    data = {
+        "channels": ["ch1"],
+        "meta": meta(),
+        "partitions": partitions,
+        "producers": [peer(fork, 0), peer(fork, 1)],
+    }
+    assert body == wrapped(data)
+
+
+def test_lookup_v1_is_bare_and_meta_only_with_metainfo(fork: YouzanCluster) -> None:
+    status, body = get(fork.lookupd_http_address, "/lookup?topic=ordered&metainfo=true", V1)
+    assert status == 200
+    assert body == compact(
+        {
+            "channels": [],
+            "meta": meta(ordered=True),
+            "partitions": {"0": peer(fork, 0), "1": peer(fork, 1)},
+            "producers": [peer(fork, 0), peer(fork, 1)],
+        }
+    )
+    # The old client's view: no access, no metainfo; producers plus partitions, no meta.
+    status, body = get(fork.lookupd_http_address, "/lookup?topic=ordered")
+    assert status == 200
+    assert body == wrapped(
+        {
+            "channels": [],
+            "partitions": {"0": peer(fork, 0), "1": peer(fork, 1)},
+            "producers": [peer(fork, 0), peer(fork, 1)],
+        }
+    )
+
+
+def test_lookup_of_one_partition(fork: YouzanCluster) -> None:
+    _, body = get(fork.lookupd_http_address, "/lookup?topic=plain&access=r&partition=1", V1)
+    assert body == compact(
+        {"channels": ["ch1"], "partitions": {"1": peer(fork, 1)}, "producers": [peer(fork, 1)]}
+    )
+
+
+def test_lookup_refuses_an_invalid_access_mode(fork: YouzanCluster) -> None:
+    path = "/lookup?topic=plain&access=rw"
+    assert get(fork.lookupd_http_address, path, V1) == (
+        400,
+        b'{"message":"INVALID_ACCESS_MODE"}',
+    )
+    assert get(fork.lookupd_http_address, path) == (500, wrapped_error("INVALID_ACCESS_MODE"))
+
+
+def test_lookup_of_an_unknown_topic(fork: YouzanCluster) -> None:
+    empty: dict[str, Any] = {"channels": [], "partitions": {}, "producers": []}
+    address = fork.lookupd_http_address
+    assert get(address, "/lookup?topic=nope", V1) == (200, compact(empty))
+    assert get(address, "/lookup?topic=nope&access=r") == (200, wrapped(empty))
+    assert get(address, "/lookup?topic=nope&access=w", V1) == (404, b'{"message":"Key not found"}')
+    assert get(address, "/lookup?topic=nope&access=w") == (500, wrapped_error("Key not found"))
+
+
+def test_lookup_for_writing_drops_partitions_without_a_channel(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    text = "Topic has no channel, should init at least one for the new topic"
+    address = fork.lookupd_http_address
+    assert get(address, "/lookup?topic=fresh&access=w", V1) == (500, compact({"message": text}))
+    assert get(address, "/lookup?topic=fresh&access=w") == (500, wrapped_error(text))
+    consumer = connect(1)
+    consumer.command(b"SUB fresh c 1")
+    assert consumer.response() == b"OK"
+    assert get(address, "/lookup?topic=fresh&access=w", V1) == (
+        200,
+        compact(
+            {"channels": ["c"], "partitions": {"1": peer(fork, 1)}, "producers": [peer(fork, 1)]}
+        ),
+    )
+
+
+def test_lookup_for_writing_lists_nothing_until_writes_are_enabled(fork: YouzanCluster) -> None:
+    fork.set_writable("plain", False)
+    address = fork.lookupd_http_address
+    empty = {"channels": ["ch1"], "partitions": {}, "producers": []}
+    assert get(address, "/lookup?topic=plain&access=w", V1) == (200, compact(empty))
+    _, readable = get(address, "/lookup?topic=plain&access=r", V1)
+    assert json.loads(readable)["partitions"] == {"0": peer(fork, 0), "1": peer(fork, 1)}
+    fork.set_writable("plain", True)
+    _, writable = get(address, "/lookup?topic=plain&access=w", V1)
+    assert json.loads(writable)["producers"] == [peer(fork, 0), peer(fork, 1)]
+
+
+def test_lookupd_listlookup_info_topics_channels_nodes(fork: YouzanCluster) -> None:
+    address = fork.lookupd_http_address
+    node = {
+        "ID": address,
+        "NodeIP": "127.0.0.1",
+        "TcpPort": "0",
+        "HttpPort": str(port(address)),
+        "RpcPort": "0",
+        "Epoch": 1,
+    }
+    assert get(address, "/listlookup", V1) == (
+        200,
+        compact({"lookupdleader": node, "lookupdnodes": [node]}),
+    )
+    assert get(address, "/info") == (200, wrapped({"version": VERSION, "ha_support": True}))
+    assert get(address, "/info", V1) == (200, b'{"version":"0.3.7-HA.1.12.7","ha_support":true}')
+    names = [topic.name for topic in TOPICS]
+    assert get(address, "/topics", V1) == (200, compact({"topics": names}))
+    assert get(address, "/channels?topic=locked", V1) == (200, b'{"channels":["known"]}')
+    assert get(address, "/channels", V1) == (400, b'{"message":"MISSING_ARG_TOPIC"}')
+    nodes = [{**peer(fork, i), "tombstones": [False] * 5, "topics": names} for i in (0, 1)]
+    assert get(address, "/nodes", V1) == (200, compact({"producers": nodes}))
+    assert get(address, "/nope", V1) == (404, b'{"message":"NOT_FOUND"}')
+    assert get(fork.nsqd_http_addresses[1], "/ping") == (200, b"OK")
+
+
+# nsqd: negotiation
+
+
+def test_identify_answer(connect: Connect) -> None:
+    client = connect()
+    client.command(
+        b"IDENTIFY",
+        b'{"feature_negotiation":true,"msg_timeout":5000,"snappy":true,"tls_v1":true,'
+        b'"desired_tag":"blue","extend_support":true}',
+    )
+    assert client.response() == (
+        b'{"max_rdy_count":2500,"version":"0.3.7-HA.1.12.7","max_msg_timeout":900000,'
+        b'"msg_timeout":5000,"tls_v1":false,"deflate":false,"deflate_level":6,'
+        b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
+        b'"output_buffer_size":100,"output_buffer_timeout":250,"desired_tag":"blue"}'
+    )
+    old = connect()
+    old.command(b"IDENTIFY", b'{"client_id":"old"}')
+    assert old.response() == b"OK"
+
+
+def test_heartbeats_nop_and_cls(connect: Connect) -> None:
+    client = connect()
+    assert client.identify(heartbeat_interval=50)["msg_timeout"] == 60000
+    assert client.response() == b"_heartbeat_"
+    client.command(b"NOP")  # no answer to NOP: the next frame is the next heartbeat
+    assert client.response() == b"_heartbeat_"
+    quiet = connect()
+    quiet.identify(heartbeat_interval=-1)
+    quiet.command(b"SUB plain ch1 0")
+    assert quiet.response() == b"OK"
+    quiet.command(b"CLS")
+    assert quiet.response() == b"CLOSE_WAIT"
+
+
+# nsqd: publishing
+
+
+def test_pub_trace_answer_reproduces_the_page_example(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    # Three messages of 33, 33 and 34 raw bytes (4 + 26 + body) put the next at offset 100.
+    for body in (b"one", b"two", b"four"):
+        fork.inject("plain", 1, body)
+    client = connect(1)
+    client.command(b"PUB_TRACE plain 1", bytes.fromhex("1122334455667788") + b"twelve bytes")
+    answer = client.response()
+    assert answer == bytes.fromhex(
+        "4f4b 0004000000000004 1122334455667788 0000000000000064 0000002a"
+    )
+    stored = fork.stored("plain", 1)[-1]
+    assert (stored.internal_id, stored.trace_id, stored.offset, stored.raw_size) == (
+        2**50 + 4,
+        0x1122334455667788,
+        100,
+        42,
+    )
+    assert stored.body == b"twelve bytes"
+
+
+def test_mpub_trace_answer_carries_the_first_id_and_offset_and_the_total_size(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    fork.inject("plain", 0, b"earlier")
+    client = connect(0)
+    client.command(b"MPUB_TRACE plain 0", mpub(b"\0" * 7 + b"\1" + b"a", b"\0" * 7 + b"\2" + b"bb"))
+    answer = client.response()
+    first, second = fork.stored("plain", 0)[1:]
+    assert answer == trace_answer(first, 0, 31 + 32)
+    assert (first.trace_id, second.trace_id) == (1, 2)
+    assert (first.offset, second.offset) == (37, 37 + 31)
+    assert second.internal_id == first.internal_id + 1
+    client.command(b"MPUB plain", mpub(b"x", b"y"))
+    assert client.response() == b"OK"
+    client.command(b"PUB plain 0", b"z")
+    assert client.response() == b"OK"
+    assert [m.body for m in fork.stored("plain", 0)] == [b"earlier", b"a", b"bb", b"x", b"y", b"z"]
+
+
+def test_pub_ext_answers_by_trace_id_and_stores_the_tag(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    client = connect(1)
+    traced = b'{"##trace_id":"42","##client_dispatch_tag":"blue"}'
+    client.command(b"PUB_EXT ext 1", ext_body(traced, b"payload"))
+    answer = client.response()
+    message = fork.stored("ext", 1)[0]
+    # Extend topic: 4 + 26 + 1 version byte + 2 length bytes + the header + the body.
+    assert message.raw_size == 33 + len(traced) + 7
+    assert answer == trace_answer(message, 42, message.raw_size)
+    assert (message.trace_id, message.tag, message.ext) == (42, "blue", traced)
+    client.command(b"PUB_EXT ext", ext_body(b'{"k":"v"}', b"untraced"))
+    assert client.response() == b"OK"
+    plain = fork.stored("ext", 1)[1]
+    assert (plain.trace_id, plain.tag, plain.ext, plain.body) == (0, "", b'{"k":"v"}', b"untraced")
+
+
+def test_partitionless_pub_goes_to_the_partition_the_nsqd_leads(connect: Connect) -> None:
+    with YouzanCluster([ForkTopic("three", partitions=3)]) as fork:
+        for nsqd in (0, 1):
+            client = connect(nsqd, fork)
+            client.command(b"PUB three", b"from %d" % nsqd)
+            assert client.response() == b"OK"
+        # nsqd 0 leads partitions 0 and 2: the lowest.
+        assert [(m.partition, m.body) for m in fork.stored("three")] == [
+            (0, b"from 0"),
+            (1, b"from 1"),
+        ]
+
+
+# nsqd: delivering
+
+
+def test_message_frame_without_ext_or_detail(fork: YouzanCluster, connect: Connect) -> None:
+    message = fork.inject("plain", 0, b"hello", timestamp=1_700_000_000_123_456_789)
+    client = connect(0)
+    client.command(b"SUB plain ch1 0")
+    assert client.response() == b"OK"
+    client.command(b"RDY 1")
+    assert client.message() == message_frame(message, 1)
+
+
+def test_message_frame_with_the_ext_header(fork: YouzanCluster, connect: Connect) -> None:
+    tagged = fork.inject("ext", 0, b"with", ext=b'{"a":1}', trace_id=7)
+    bare = fork.inject("ext", 0, b"without")
+    client = connect(0)
+    client.identify(extend_support=True)
+    client.command(b"SUB ext ch 0")
+    assert client.response() == b"OK"
+    client.command(b"RDY 2")
+    assert client.message() == message_frame(tagged, 1, ext=b'{"a":1}')
+    assert client.message() == message_frame(bare, 1, ext=b"")
+
+
+@pytest.mark.parametrize("command", [b"SUB_ADVANCED plain ch1 1", b"SUB_ORDERED plain ch1 1"])
+def test_message_frame_with_detail(fork: YouzanCluster, connect: Connect, command: bytes) -> None:
+    first = fork.inject("plain", 1, b"first")
+    second = fork.inject("plain", 1, b"second")
+    assert (first.offset, second.offset, second.raw_size) == (0, 35, 36)
+    client = connect(1)
+    client.command(command)
+    assert client.response() == b"OK"
+    client.command(b"RDY 1")
+    assert client.message() == message_frame(first, 1, detail=True)
+    client.send(b"FIN " + first.id + b"\n")
+    assert client.message() == message_frame(second, 1, detail=True)
+
+
+def test_a_binary_id_holding_newlines_is_finished(fork: YouzanCluster, connect: Connect) -> None:
+    publisher = connect(0)
+    publisher.command(b"PUB_TRACE plain 0", b"\x0a" * 8 + b"body")
+    assert publisher.response()[10:18] == b"\x0a" * 8
+    fork.inject("plain", 0, b"next")
+    consumer = connect(0)
+    consumer.command(b"SUB plain ch1 0")
+    assert consumer.response() == b"OK"
+    consumer.command(b"RDY 1")
+    message = consumer.message()
+    message_id = message[10:26]
+    assert message_id == struct.pack(">QQ", 1, 0x0A0A0A0A0A0A0A0A)
+    consumer.send(b"FIN " + message_id + b"\n")
+    # The stream stayed in step: the next message comes, and FIN was read whole.
+    assert consumer.message()[26:] == b"next"
+    assert fork.finished("plain", "ch1") == [message_id]
+    assert b"FIN " + message_id + b"\n" in fork.commands(0)
+
+
+def test_sub_ordered_sends_one_at_a_time_and_a_requeued_message_first(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    messages = [fork.inject("ordered", 1, b"m%d" % i) for i in range(3)]
+    client = connect(1)
+    client.command(b"SUB_ORDERED ordered ch 1")
+    assert client.response() == b"OK"
+    client.command(b"RDY 10")
+    assert client.message() == message_frame(messages[0], 1, detail=True)
+    assert client.quiet()  # RDY 10, yet one in flight
+    client.send(b"REQ " + messages[0].id + b" 0\n")
+    assert client.message() == message_frame(messages[0], 2, detail=True)
+    client.send(b"FIN " + messages[0].id + b"\n")
+    assert client.message() == message_frame(messages[1], 1, detail=True)
+    assert client.quiet()
+    client.send(b"FIN " + messages[1].id + b"\n")
+    assert client.message() == message_frame(messages[2], 1, detail=True)
+    offsets = [m.offset for m in messages]
+    ids = [m.internal_id for m in messages]
+    assert offsets == sorted(offsets) and ids == [2**50 + 1, 2**50 + 2, 2**50 + 3]
+
+
+def test_req_touch_and_timeout_send_a_message_again(fork: YouzanCluster, connect: Connect) -> None:
+    message = fork.inject("plain", 0, b"again")
+    client = connect(0)
+    client.identify(msg_timeout=150)
+    client.command(b"SUB plain ch1 0")
+    assert client.response() == b"OK"
+    client.command(b"RDY 1")
+    assert client.message() == message_frame(message, 1)
+    client.send(b"REQ " + message.id + b" 0\n")
+    assert client.message() == message_frame(message, 2)
+    client.send(b"TOUCH " + message.id + b"\n")
+    # Not FIN'd: after msg_timeout it comes back by itself.
+    assert client.message() == message_frame(message, 3)
+    client.send(b"FIN " + message.id + b"\n")
+    client.send(b"FIN " + message.id + b"\n")  # twice: no longer in flight, not fatal
+    assert client.error() == b"E_FIN_FAILED FIN " + message.id.hex().encode() + (
+        b" failed ID not in flight"
+    )
+    assert fork.finished("plain", "ch1") == [message.id]
+
+
+def test_messages_stored_after_sub_are_delivered(fork: YouzanCluster, connect: Connect) -> None:
+    client = connect(1)
+    client.command(b"SUB plain ch1")
+    assert client.response() == b"OK"
+    client.command(b"RDY 5")
+    injected = fork.inject("plain", 1, b"injected")
+    assert client.message() == message_frame(injected, 1)
+    publisher = connect(1)
+    publisher.command(b"PUB plain", b"published")
+    assert publisher.response() == b"OK"
+    assert client.message()[26:] == b"published"
+
+
+def test_consumers_of_a_channel_share_its_messages(fork: YouzanCluster, connect: Connect) -> None:
+    consumers = [connect(0), connect(0)]
+    for consumer in consumers:
+        consumer.command(b"SUB plain shared 0")
+        assert consumer.response() == b"OK"
+        consumer.command(b"RDY 1")
+    messages = [fork.inject("plain", 0, b"%d" % i) for i in range(2)]
+    bodies = sorted(consumer.message()[26:] for consumer in consumers)
+    assert bodies == [b"0", b"1"]
+    assert all(consumer.quiet() for consumer in consumers)
+    assert fork.stored("plain", 0) == messages
+
+
+def test_desired_tag_gets_only_its_messages(fork: YouzanCluster, connect: Connect) -> None:
+    fork.inject("ext", 0, b"red", ext=b'{"##client_dispatch_tag":"red"}', tag="red")
+    blue = fork.inject("ext", 0, b"blue", ext=b'{"##client_dispatch_tag":"blue"}', tag="blue")
+    client = connect(0)
+    client.identify(extend_support=True, desired_tag="blue")
+    client.command(b"SUB ext ch 0")
+    assert client.response() == b"OK"
+    client.command(b"RDY 5")
+    assert client.message() == message_frame(blue, 1, ext=blue.ext)
+    assert client.quiet()
+
+
+@pytest.mark.parametrize(
+    ("position", "first_body"),
+    [
+        (b"special:-1", b"later"),
+        (b"virtual_queue:31", b"1"),  # message 0 is 4 + 26 + 1 bytes
+        (b"msgcount:2", b"2"),
+        (b"timestamp:1700000002", b"2"),
+    ],
+)
+def test_sub_advanced_start_positions(
+    fork: YouzanCluster, connect: Connect, position: bytes, first_body: bytes
+) -> None:
+    for second in range(3):
+        fork.inject("plain", 0, b"%d" % second, timestamp=(1_700_000_000 + second) * 10**9)
+    client = connect(0)
+    client.command(b"SUB_ADVANCED plain ch1 0 " + position)
+    assert client.response() == b"OK"
+    fork.inject("plain", 0, b"later", timestamp=1_800_000_000 * 10**9)
+    client.command(b"RDY 1")
+    assert client.message()[38:] == first_body
+    # A second client of the channel cannot move it.
+    other = connect(0)
+    other.command(b"SUB_ADVANCED plain ch1 0 msgcount:0")
+    assert other.response() == b"OK"
+    other.command(b"RDY 1")
+    if first_body != b"later":
+        assert other.message()[38:] != b"0"
+
+
+# nsqd: errors
+
+
+FATAL_CASES = [
+    ({}, b"SUB_ORDER ordered ch 0\n", b"E_INVALID invalid command"),
+    (
+        {},
+        b"PUB ordered\n\0\0\0\1x",
+        b"E_BAD_PARTITION topic partition is not valid for multi partition: -1",
+    ),
+    ({}, b"PUB nope\n\0\0\0\1x", b"E_TOPIC_NOT_EXIST "),
+    ({}, b"PUB plain 1\n\0\0\0\1x", b"E_TOPIC_NOT_EXIST "),  # nsqd 0 leads partition 0
+    ({}, b"SUB nope ch\n", b"E_TOPIC_NOT_EXIST "),
+    (
+        {},
+        b"SUB ordered ch 0\n",
+        b"E_SUB_ORDER_IS_MUST this topic is configured only allow ordered sub",
+    ),
+    ({}, b"SUB ext ch\n", b"E_SUB_EXTEND_NEED "),
+    ({"extend_support": True}, b"SUB plain ch1\n", b"E_SUB_EXTEND_FORBIDDON "),
+    ({}, b"SUB locked other\n", b"E_SUB_CHANNEL_NOT_REGISTERED "),
+    ({"sample_rate": 10}, b"SUB_ORDERED ordered ch 0\n", b"E_INVALID "),
+    ({}, b"PUB_EXT plain 0\n\0\0\0\3\0\0x", b"E_EXT_NOT_SUPPORT "),
+    ({}, b"PUB_EXT ext 0\n\0\0\0\5\0\2[]x", b"E_INVALID_JSON_HEADER "),
+    ({}, b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
+]
+
+
+@pytest.mark.parametrize(("identify", "command", "error"), FATAL_CASES)
+def test_fatal_errors_close_the_connection(
+    connect: Connect, identify: dict[str, Any], command: bytes, error: bytes
+) -> None:
+    client = connect(0)
+    if identify:
+        client.identify(**identify)
+    client.send(command + b"NOP\n")  # a command after it: unread, yet the frame arrives
+    assert client.error().startswith(error)
+    assert client.is_closed()
+
+
+def test_subscribing_to_a_registered_channel(connect: Connect) -> None:
+    client = connect(1)
+    client.command(b"SUB locked known")
+    assert client.response() == b"OK"
+
+
+def test_not_leader_and_not_writable_are_not_fatal_on_pub(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    client = connect(1)
+    fork.refuse_next("plain", 1, "E_FAILED_ON_NOT_LEADER")
+    fork.refuse_next("plain", 1, "E_FAILED_ON_NOT_WRITABLE")
+    client.command(b"PUB plain 1", b"a")
+    assert client.error().startswith(b"E_FAILED_ON_NOT_LEADER ")
+    client.command(b"MPUB plain", mpub(b"b"))
+    assert client.error().startswith(b"E_FAILED_ON_NOT_WRITABLE ")
+    client.command(b"PUB plain 1", b"c")
+    assert client.response() == b"OK"
+    fork.set_writable("plain", False)
+    client.command(b"PUB plain 1", b"d")
+    assert client.error().startswith(b"E_FAILED_ON_NOT_WRITABLE ")
+    fork.set_writable("plain", True)
+    fork.refuse_next("plain", 1, "E_TOPIC_NOT_EXIST")
+    client.command(b"PUB plain 1", b"e")
+    assert client.error() == b"E_TOPIC_NOT_EXIST "
+    assert client.is_closed()
+    assert [m.body for m in fork.stored("plain")] == [b"c"]
+
+
+def test_not_leader_is_fatal_on_sub(fork: YouzanCluster, connect: Connect) -> None:
+    fork.refuse_next("plain", 0, "E_FAILED_ON_NOT_LEADER", on="sub")
+    client = connect(0)
+    client.command(b"SUB plain ch1 0")
+    assert client.error().startswith(b"E_FAILED_ON_NOT_LEADER ")
+    assert client.is_closed()
+
+
+def test_a_moved_partition_is_led_by_its_new_nsqd(fork: YouzanCluster, connect: Connect) -> None:
+    consumer = connect(1)
+    consumer.command(b"SUB plain ch1 1")
+    assert consumer.response() == b"OK"
+    fork.move_partition("plain", 1, 0)
+    assert consumer.is_closed()
+    _, body = get(fork.lookupd_http_address, "/lookup?topic=plain", V1)
+    assert json.loads(body)["partitions"] == {"0": peer(fork, 0), "1": peer(fork, 0)}
+    assert json.loads(body)["producers"] == [peer(fork, 0)]
+    new = connect(0)
+    new.command(b"PUB plain 1", b"moved")
+    assert new.response() == b"OK"
+    old = connect(1)
+    old.command(b"PUB plain 1", b"stale")
+    assert old.error() == b"E_TOPIC_NOT_EXIST "
+    assert [m.body for m in fork.stored("plain", 1)] == [b"moved"]
+
+
+# The harness itself
+
+
+def test_commands_are_recorded_raw(fork: YouzanCluster, connect: Connect) -> None:
+    client = connect(1)
+    client.command(b"IDENTIFY", b"{}")
+    assert client.response() == b"OK"
+    client.command(b"PUB plain", b"x")
+    assert client.response() == b"OK"
+    assert fork.commands(1) == [b"IDENTIFY\n\0\0\0\2{}", b"PUB plain\n\0\0\0\1x"]
+    assert fork.commands(0) == []
+    assert fork.commands() == fork.commands(1)
+
+
+def test_connections_end_cleanly_and_stop_is_safe_twice() -> None:
+    fork = YouzanCluster(TOPICS)
+    with fork:
+        first = Client(fork.nsqd_tcp_addresses[0])
+        second = Client(fork.nsqd_tcp_addresses[1])
+        wait_until(lambda: fork.connections() == 2, TIMEOUT, "two connections")
+        first.close()
+        wait_until(lambda: fork.connections() == 1, TIMEOUT, "one connection left")
+        started = time.monotonic()
+    fork.stop()
+    assert time.monotonic() - started < TIMEOUT
+    assert second.is_closed()
+    second.close()
+    assert fork.connections() == 0
