@@ -1,0 +1,435 @@
+"""Our consumer, producer and tools against the Youzan fork.
+
+The fork cannot be built here (the Go module proxy does not serve it), so these run
+against nsqtools.testing.youzan.YouzanCluster, a scripted server that follows
+../shared/spec/youzan.md exactly. What upstream NSQ must see unchanged is checked
+against the real nsqd v1.3.0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from nsqtools.config import ClientConfig
+from nsqtools.consumer import Consumer, open_consumer
+from nsqtools.errors import NsqError, NsqErrorResponse
+from nsqtools.partitions import PartitionError, Partitions, shard_partition
+from nsqtools.producer import MAX_REROUTES, Outcome, Producer
+from nsqtools.protocol import youzan
+from nsqtools.protocol.youzan import ForkMessage
+from nsqtools.testing import Nsqd, wait_until
+from nsqtools.testing.youzan import ForkTopic, YouzanCluster
+
+BIN = Path(sys.executable).parent
+CHANNEL = "ch"
+NEWLINES = 0x0A0A_0A0A_0A0A_0A0A  # a trace id whose bytes are all "\n"
+
+
+def config(**settings: Any) -> ClientConfig:
+    return dataclasses.replace(ClientConfig(), max_in_flight=10, **settings)
+
+
+@pytest.fixture
+def fork() -> Iterator[YouzanCluster]:
+    topics = [
+        ForkTopic("yz", partitions=2, channels=(CHANNEL,)),
+        ForkTopic("ordered", partitions=2, ordered=True, channels=(CHANNEL,)),
+        ForkTopic("tagged", partitions=1, extend=True, channels=(CHANNEL,)),
+    ]
+    with YouzanCluster(topics) as cluster:
+        yield cluster
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(0.01)
+    assert condition(), what
+
+
+async def take(consumer: Consumer, count: int) -> list[ForkMessage]:
+    """FIN `count` messages, in the order received."""
+    seen: list[ForkMessage] = []
+    with trio.fail_after(10):
+        async for batch in consumer:
+            for message in batch.messages:
+                assert isinstance(message, ForkMessage)
+                seen.append(message)
+            batch.finish()
+            if len(seen) >= count:
+                return seen
+    raise AssertionError(f"the consumer ended after {len(seen)} of {count}")
+
+
+def lines(fork: YouzanCluster, prefix: bytes) -> list[bytes]:
+    return [command for command in fork.commands() if command.startswith(prefix)]
+
+
+# -- consuming ----------------------------------------------------------------------------
+
+
+async def test_each_partition_is_subscribed_and_binary_ids_are_fined_raw(
+    fork: YouzanCluster,
+) -> None:
+    stored = [
+        fork.inject("yz", partition, f"m{partition}{n}".encode())
+        for partition in (0, 1)
+        for n in range(3)
+    ]
+    stored.append(fork.inject("yz", 1, b"newlines", trace_id=NEWLINES))
+    async with open_consumer(
+        "yz", CHANNEL, config(), lookupd_http_addresses=[fork.lookupd_http_address]
+    ) as consumer:
+        seen = await take(consumer, len(stored))
+        await until(lambda: len(fork.finished("yz", CHANNEL)) == len(stored), "every FIN")
+    assert sorted(lines(fork, b"SUB ")) == [b"SUB yz ch 0\n", b"SUB yz ch 1\n"]
+    assert {(m.partition, m.body) for m in seen} == {(s.partition, s.body) for s in stored}
+    assert set(fork.finished("yz", CHANNEL)) == {message.id for message in stored}
+    traced = next(message for message in seen if message.body == b"newlines")
+    assert traced.trace_id == NEWLINES and b"\n" in traced.id
+    assert b"FIN " + traced.id + b"\n" in fork.commands()
+
+
+async def test_an_ordered_topic_has_one_in_flight_and_a_requeue_comes_back_first(
+    fork: YouzanCluster,
+) -> None:
+    for partition in (0, 1):
+        for n in range(4):
+            fork.inject("ordered", partition, f"p{partition}-{n}".encode())
+    seen: list[ForkMessage] = []
+    requeued = False
+    async with open_consumer(
+        "ordered", CHANNEL, config(), lookupd_http_addresses=[fork.lookupd_http_address]
+    ) as consumer:
+        with trio.fail_after(10):
+            async for batch in consumer:
+                assert len(batch) == 1  # one in flight per partition
+                (message,) = batch.messages
+                assert isinstance(message, ForkMessage)
+                seen.append(message)
+                if message.body == b"p0-1" and not requeued:
+                    requeued = True
+                    batch.requeue(delay=0, backoff=False)
+                else:
+                    batch.finish()
+                if len(seen) == 9:
+                    break
+    assert sorted(lines(fork, b"SUB_ORDERED")) == [
+        b"SUB_ORDERED ordered ch 0\n",
+        b"SUB_ORDERED ordered ch 1\n",
+    ]
+    zero = [(m.body, m.attempts) for m in seen if m.partition == 0]
+    assert zero == [(b"p0-0", 1), (b"p0-1", 1), (b"p0-1", 2), (b"p0-2", 1), (b"p0-3", 1)]
+    for partition in (0, 1):
+        offsets = [m.queue_offset or 0 for m in seen if m.partition == partition]
+        assert offsets == sorted(offsets) and all(m.queue_offset is not None for m in seen)
+
+
+async def test_a_start_position_skips_what_came_before(fork: YouzanCluster) -> None:
+    fork.inject("yz", 0, b"old")
+    async with open_consumer(
+        "yz",
+        "fresh",
+        config(),
+        lookupd_http_addresses=[fork.lookupd_http_address],
+        partition=0,
+        start_at=youzan.END,
+    ) as consumer:
+        await until(lambda: lines(fork, b"SUB_ADVANCED") != [], "SUB_ADVANCED")
+        new = fork.inject("yz", 0, b"new")
+        (message,) = await take(consumer, 1)
+    assert lines(fork, b"SUB_ADVANCED") == [b"SUB_ADVANCED yz fresh 0 special:-1\n"]
+    assert (message.body, message.queue_offset) == (b"new", new.offset)
+
+
+async def test_an_extend_topic_is_identified_and_its_tags_read(fork: YouzanCluster) -> None:
+    """Through lookupd, meta says extend; to an nsqd directly, its refusal says so."""
+    ext = b'{"##client_dispatch_tag":"red"}'
+    fork.inject("tagged", 0, b"tagged", tag="red", ext=ext)
+    fork.inject("tagged", 0, b"plain")
+    async with open_consumer(
+        "tagged", CHANNEL, config(), nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[0]], partition=0
+    ) as consumer:
+        seen = await take(consumer, 2)
+    assert [(m.body, m.tag) for m in seen] == [(b"tagged", "red"), (b"plain", "")]
+    identifies = [c for c in fork.commands() if c.startswith(b"IDENTIFY")]
+    assert b"extend_support" not in identifies[0] and b'"extend_support":true' in identifies[1]
+
+
+async def test_a_desired_tag_gets_only_its_messages(fork: YouzanCluster) -> None:
+    for tag in ("red", "blue", "red"):
+        fork.inject(
+            "tagged", 0, tag.encode(), tag=tag, ext=json.dumps({youzan.TAG_KEY: tag}).encode()
+        )
+    async with open_consumer(
+        "tagged",
+        "reds",
+        config(desired_tag="red"),
+        lookupd_http_addresses=[fork.lookupd_http_address],
+    ) as consumer:
+        seen = await take(consumer, 2)
+    assert [m.body for m in seen] == [b"red", b"red"]
+
+
+async def test_upstream_nsqd_refuses_the_forks_options_in_one_line(nsqd: Nsqd) -> None:
+    with pytest.raises(NsqError, match="not the Youzan fork: partitions and start positions"):
+        async with open_consumer(
+            "t", CHANNEL, config(), nsqd_tcp_addresses=[nsqd.tcp_address], partition=1
+        ):
+            pass
+
+
+async def test_a_plain_sub_on_an_ordered_topic_becomes_ordered_with_a_partition(
+    fork: YouzanCluster,
+) -> None:
+    fork.inject("ordered", 1, b"one")
+    async with open_consumer(
+        "ordered", CHANNEL, config(), nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]], partition=1
+    ) as consumer:
+        (message,) = await take(consumer, 1)
+    assert lines(fork, b"SUB") == [b"SUB ordered ch 1\n", b"SUB_ORDERED ordered ch 1\n"]
+    assert message.queue_offset == 0
+
+
+# -- publishing ---------------------------------------------------------------------------
+
+
+async def test_batches_go_round_robin_over_partitions_each_naming_its_own(
+    fork: YouzanCluster,
+) -> None:
+    async with Partitions([fork.lookupd_http_address], config()) as partitions:
+        await partitions.refresh("yz")
+        async with Producer([], config(), partitions=partitions) as producer:
+            for n in range(4):
+                await producer.publish("yz", f"rr{n}".encode())
+    assert [m.body for m in fork.stored("yz", 0)] == [b"rr0", b"rr2"]
+    assert [m.body for m in fork.stored("yz", 1)] == [b"rr1", b"rr3"]
+    assert lines(fork, b"PUB ") == [
+        b"PUB yz 0\n\x00\x00\x00\x03rr0",
+        b"PUB yz 1\n\x00\x00\x00\x03rr1",
+        b"PUB yz 0\n\x00\x00\x00\x03rr2",
+        b"PUB yz 1\n\x00\x00\x00\x03rr3",
+    ]
+
+
+async def test_traced_publishing_returns_the_30_byte_answer(fork: YouzanCluster) -> None:
+    outcomes: list[Outcome] = []
+    async with Partitions([fork.lookupd_http_address], config()) as partitions:
+        await partitions.refresh("yz")
+        async with Producer(
+            [], config(), partitions=partitions, on_outcome=outcomes.append
+        ) as producer:
+            answer = await producer.publish("yz", b"traced", partition=1, trace_id=NEWLINES)
+            await producer.put_many("yz", [b"a", b"b"], partition=0, trace_ids=[7, 8])
+    (stored,) = fork.stored("yz", 1)
+    assert answer == youzan.TraceAnswer(
+        stored.internal_id, NEWLINES, stored.offset, stored.raw_size
+    )
+    first, second = fork.stored("yz", 0)
+    assert (first.trace_id, second.trace_id) == (7, 8)
+    batch = outcomes[-1]
+    assert batch.partition == 0 and batch.trace is not None
+    assert (batch.trace.internal_id, batch.trace.trace_id) == (first.internal_id, 0)
+    assert batch.trace.raw_size == first.raw_size + second.raw_size
+
+
+async def test_pub_ext_tags_a_message(fork: YouzanCluster) -> None:
+    async with Partitions([fork.lookupd_http_address], config()) as partitions:
+        await partitions.refresh("tagged")
+        async with Producer([], config(), partitions=partitions) as producer:
+            answer = await producer.publish("tagged", b"ext", tag="green", trace_id=5)
+            untraced = await producer.publish("tagged", b"ext2", tag="green")
+    first, second = fork.stored("tagged")
+    assert (first.tag, second.tag) == ("green", "green")
+    assert answer is not None and (answer.trace_id, answer.internal_id) == (5, first.internal_id)
+    assert untraced is None
+
+
+async def test_a_moved_partition_is_looked_up_again_and_followed(fork: YouzanCluster) -> None:
+    async with Partitions([fork.lookupd_http_address], config()) as partitions:
+        await partitions.refresh("yz")
+        async with Producer([], config(), partitions=partitions) as producer:
+            fork.refuse_next("yz", 0, "E_FAILED_ON_NOT_LEADER")
+            await producer.publish("yz", b"after-not-leader", partition=0)
+            fork.move_partition("yz", 1, 0)  # nsqd 1 now answers E_TOPIC_NOT_EXIST
+            await producer.publish("yz", b"after-move", partition=1)
+            fork.refuse_next("yz", 0, "E_FAILED_ON_NOT_WRITABLE", times=MAX_REROUTES + 1)
+            with pytest.raises(NsqErrorResponse, match="E_FAILED_ON_NOT_WRITABLE") as refused:
+                await producer.publish("yz", b"never", partition=0)
+    assert "not writable now" in str(refused.value)
+    assert [m.body for m in fork.stored("yz")] == [b"after-not-leader", b"after-move"]
+    assert lines(fork, b"PUB yz 1").count(b"PUB yz 1\n\x00\x00\x00\x0aafter-move") == 2
+
+
+async def test_an_ordered_topic_needs_a_partition_or_a_key(fork: YouzanCluster) -> None:
+    async with Partitions([fork.lookupd_http_address], config()) as partitions:
+        await partitions.refresh("ordered")
+        async with Producer([], config(), partitions=partitions) as producer:
+            with pytest.raises(PartitionError, match="ordered: give each message"):
+                await producer.publish("ordered", b"x")
+        assert partitions.for_key("ordered", b"user-1") == shard_partition(b"user-1", 2)
+
+
+async def test_an_unknown_topic_has_no_writable_partition(fork: YouzanCluster) -> None:
+    async with Partitions([fork.lookupd_http_address], config()) as partitions:
+        with pytest.raises(PartitionError, match=r"404|Key not found|no writable"):
+            await partitions.refresh("nope")
+
+
+def test_shard_keys_hash_stably() -> None:
+    """CRC-32 of the key modulo the count, as documented: these values never change."""
+    # zlib.crc32: 0xe8b7be43, 0x7e264614, 0 (Go's crc32.ChecksumIEEE gives the same)
+    assert [shard_partition(key, 4) for key in (b"a", b"user-1", b"")] == [3, 0, 0]
+
+
+# -- the tools ----------------------------------------------------------------------------
+
+
+def run(tool: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [str(BIN / tool), *args], input=stdin, capture_output=True, timeout=30, check=False
+    )
+
+
+def test_nsq_tail_json_shows_partition_trace_id_and_offset(fork: YouzanCluster) -> None:
+    stored = [
+        fork.inject("ordered", 0, b"zero"),
+        fork.inject("ordered", 1, b"one", trace_id=NEWLINES),
+    ]
+    # No -n: near its end -n leaves RDY for one partition at a time (as for one nsqd of
+    # several upstream), and the other's turn comes seconds later.
+    tail = subprocess.Popen(
+        [
+            str(BIN / "nsq_tail"),
+            f"--lookupd-http-address={fork.lookupd_http_address}",
+            "--topic=ordered",
+            "--channel=tail",
+            "--format=json",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert tail.stdout is not None
+    try:
+        output = [tail.stdout.readline(), tail.stdout.readline()]
+    finally:
+        tail.terminate()
+        assert tail.wait(20) == 0
+    documents = sorted(map(json.loads, output), key=lambda d: d["partition"])
+    for document, message in zip(documents, stored, strict=True):
+        assert document["id"] == message.id.hex()
+        assert (document["partition"], document["trace_id"]) == (
+            message.partition,
+            str(message.trace_id),
+        )
+        assert (document["queue_offset"], document["raw_size"]) == (
+            message.offset,
+            message.raw_size,
+        )
+    assert documents[1]["trace_id"] == str(NEWLINES)
+
+
+def test_nsq_tail_reads_one_partition(fork: YouzanCluster) -> None:
+    fork.inject("yz", 0, b"zero")
+    fork.inject("yz", 1, b"one")
+    result = run(
+        "nsq_tail",
+        f"--lookupd-http-address={fork.lookupd_http_address}",
+        "--topic=yz",
+        "--channel=one",
+        "--partition=1",
+        "--format={partition} {body}",
+        "-n",
+        "1",
+    )
+    assert (result.returncode, result.stdout) == (0, b"1 one\n"), result.stderr
+    assert lines(fork, b"SUB ") == [b"SUB yz one 1\n"]
+
+
+def test_nsq_tail_refuses_a_bad_start_position() -> None:
+    result = run("nsq_tail", "--nsqd-tcp-address=127.0.0.1:1", "--topic=t", "--start-at=soon")
+    assert result.returncode == 2
+    assert b"--start-at" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_to_nsq_shards_records_by_key_keeping_their_order(
+    fork: YouzanCluster, tmp_path: Path
+) -> None:
+    users = [f"u{n % 5}" for n in range(40)]
+    records = [json.dumps({"user": user, "n": n}) for n, user in enumerate(users)]
+    records.append('{"no": "user"}')
+    failed = tmp_path / "failed"
+    result = run(
+        "to_nsq",
+        f"--lookupd-http-address={fork.lookupd_http_address}",
+        "--topic=ordered",
+        "--shard-key=user",
+        f"--failed-file={failed}",
+        stdin="\n".join(records).encode() + b"\n",
+    )
+    assert result.returncode == 1
+    assert b"1 of 41 records were not published" in result.stderr
+    assert b"no field 'user'" in result.stderr
+    assert failed.read_bytes() == b'{"no": "user"}\n'
+    for partition in (0, 1):
+        seen = [json.loads(m.body) for m in fork.stored("ordered", partition)]
+        for user in {document["user"] for document in seen}:
+            assert shard_partition(user.encode(), 2) == partition
+            mine = [document["n"] for document in seen if document["user"] == user]
+            assert mine == [n for n, name in enumerate(users) if name == user]
+    assert len(fork.stored("ordered")) == 40
+
+
+def test_to_nsq_publishes_traced_to_a_partition(fork: YouzanCluster) -> None:
+    records = b'{"tid": 11}\n{"tid": 12}\n'
+    result = run(
+        "to_nsq",
+        f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[1]}",
+        "--topic=yz",
+        "--partition=1",
+        "--trace-id={tid}",
+        stdin=records,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [m.trace_id for m in fork.stored("yz", 1)] == [11, 12]
+    assert lines(fork, b"MPUB_TRACE yz 1\n") != []
+
+
+def test_to_nsq_refuses_a_shard_key_without_lookupd() -> None:
+    result = run("to_nsq", "--nsqd-tcp-address=127.0.0.1:1", "--topic=t", "--shard-key=user")
+    assert result.returncode != 0
+    assert b"--shard-key needs --lookupd-http-address" in result.stderr
+
+
+def test_nsq_to_file_keeps_each_partitions_order(fork: YouzanCluster, tmp_path: Path) -> None:
+    for n in range(20):
+        fork.inject("ordered", n % 2, f"{n % 2}:{n:02d}".encode())
+    process = subprocess.Popen(
+        [
+            str(BIN / "nsq_to_file"),
+            f"--lookupd-http-address={fork.lookupd_http_address}",
+            "--topic=ordered",
+            "--channel=archive",
+            f"--output-dir={tmp_path}",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: len(fork.finished("ordered", "archive")) == 20, 20, "20 FINs")
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    (archive,) = tmp_path.glob("ordered.*.log")
+    written = archive.read_bytes().splitlines()
+    for partition in (b"0", b"1"):
+        mine = [line for line in written if line.startswith(partition)]
+        assert mine == sorted(mine) and len(mine) == 10
