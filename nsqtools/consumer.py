@@ -100,11 +100,6 @@ class Batch:
     def nsqd_address(self) -> str:
         return self._link.address
 
-    @property
-    def partition(self) -> int | None:
-        """The Youzan fork's partition the batch came from (None: upstream NSQ)."""
-        return self._link.subscription.partition
-
     def unanswered(self) -> list[Message]:
         if self._done:
             return []

@@ -181,12 +181,18 @@ def test_address_flags_replace_environment_addresses_of_both_kinds(
     assert mine.stdout == go.stdout == b"one\ntwo\n"
 
 
-OUR_HEADINGS = ["TLS, compression and AUTH:", "Output and delivery:", "Logging:"]
+OUR_HEADINGS = ["TLS, compression and AUTH:", "Output and delivery:"]
+YOUZAN = ["The Youzan fork (partitioned and ordered topics):"]
 
 
 @pytest.mark.parametrize(
     ("tool", "more_headings"),
-    [("nsq_tail", []), ("to_nsq", ["Other options:"]), ("nsq_to_nsq", []), ("nsq_to_http", [])],
+    [
+        ("nsq_tail", [*YOUZAN, "Logging:"]),
+        ("to_nsq", [*YOUZAN, "Logging:", "Other options:"]),
+        ("nsq_to_nsq", ["Logging:"]),
+        ("nsq_to_http", ["Logging:"]),
+    ],
 )
 def test_help_names_the_go_tool_and_shows_its_options_first(
     tool: str, more_headings: list[str]

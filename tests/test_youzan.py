@@ -433,3 +433,34 @@ def test_nsq_to_file_keeps_each_partitions_order(fork: YouzanCluster, tmp_path: 
     for partition in (b"0", b"1"):
         mine = [line for line in written if line.startswith(partition)]
         assert mine == sorted(mine) and len(mine) == 10
+
+
+def test_nsq_to_nsq_keeps_each_partitions_order(fork: YouzanCluster, nsqd: Nsqd) -> None:
+    """From an ordered topic of the fork to upstream nsqd: each partition's messages
+    arrive in their order (one in flight per partition, FIN after the destination's OK)."""
+    nsqd.create_channels("relayed", "check")
+    for n in range(20):
+        fork.inject("ordered", n % 2, f"{n % 2}:{n:02d}".encode())
+    relay = subprocess.Popen(
+        [
+            str(BIN / "nsq_to_nsq"),
+            f"--lookupd-http-address={fork.lookupd_http_address}",
+            "--topic=ordered",
+            "--channel=relay",
+            f"--destination-nsqd-tcp-address={nsqd.tcp_address}",
+            "--destination-topic=relayed",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: len(fork.finished("ordered", "relay")) == 20, 20, "20 FINs")
+    finally:
+        relay.terminate()
+        _, stderr = relay.communicate(timeout=20)
+    assert relay.returncode == 0, stderr
+    tail = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=relayed", "--channel=check"]
+    result = run("nsq_tail", *tail, "-n", "20", "--max-in-flight=1")
+    arrived = result.stdout.splitlines()
+    for partition in (b"0", b"1"):
+        mine = [line for line in arrived if line.startswith(partition)]
+        assert mine == sorted(mine) and len(mine) == 10

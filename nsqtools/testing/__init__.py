@@ -7,7 +7,8 @@ package), the faults every tool's tests reuse (a throttled, silent or cut link:
 proxy.py; a lookupd answering junk: junklookupd.py; a second filesystem, real or
 pretended, a full or a read-only one, a file size limit: filesystems.py), and work
 bounds without timers (bytes allocated per step: work.py).
-Nothing here fakes nsqd.
+Nothing here fakes upstream nsqd. The one stand-in is youzan.py: a scripted server of the
+Youzan fork, which cannot be built here, following ../shared/spec/youzan.md.
 """
 
 from nsqtools.testing.binaries import (

@@ -42,6 +42,8 @@ START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.005
 HTTP_TIMEOUT = 5.0
+# not_in_nsqd gives up once no message has come for this long.
+STALL_LIMIT = 30.0
 MPUB_TIMEOUT = 30.0
 
 T = TypeVar("T")
@@ -462,23 +464,28 @@ async def not_in_nsqd(
     nsqd: Nsqd, topic: str, wanted: set[bytes], channel: str = "check"
 ) -> set[bytes]:
     """Which of the wanted bodies the topic (or an existing channel of it) does not hold,
-    read with our consumer until each is seen (or two minutes pass). Reading by nsqd's
-    depth would not do: after a crash nsqd keeps a message whose metadata it had not
-    synced, and does not count it; and a relay may have delivered some twice."""
+    read with our consumer until each is seen, or until none has come for STALL_LIMIT
+    seconds (a durable nsqd fills a new channel from a large topic slowly: a bound on
+    the whole read would depend on the machine). Reading by nsqd's depth would not do:
+    after a crash nsqd keeps a message whose metadata it had not synced, and does not
+    count it; and a relay may have delivered some twice."""
     from nsqtools.config import ClientConfig
     from nsqtools.consumer import open_consumer
 
     missing = set(wanted)
     config = ClientConfig(max_in_flight=2500)
-    with trio.move_on_after(120):
-        async with open_consumer(
-            topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
-        ) as consumer:
-            async for batch in consumer:
+    async with open_consumer(
+        topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+    ) as consumer:
+        while missing:
+            with trio.move_on_after(STALL_LIMIT):
+                batch = await anext(consumer, None)
+                if batch is None:
+                    break
                 missing.difference_update(batch.bodies)
                 batch.finish()
-                if not missing:
-                    break
+                continue
+            break  # nothing came for STALL_LIMIT
     return missing
 
 
