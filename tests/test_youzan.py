@@ -409,58 +409,60 @@ def test_to_nsq_refuses_a_shard_key_without_lookupd() -> None:
     assert b"--shard-key needs --lookupd-http-address" in result.stderr
 
 
-def test_nsq_to_file_keeps_each_partitions_order(fork: YouzanCluster, tmp_path: Path) -> None:
-    for n in range(20):
+ORDERED_COUNT = 20
+
+
+def inject_ordered(fork: YouzanCluster) -> None:
+    """Bodies "<partition>:<n>", n rising: in order when sorted within a partition."""
+    for n in range(ORDERED_COUNT):
         fork.inject("ordered", n % 2, f"{n % 2}:{n:02d}".encode())
+
+
+def consume_ordered(fork: YouzanCluster, tool: str, channel: str, *args: str) -> None:
+    """Run a consuming tool on the ordered topic until it FIN'd everything, then stop it."""
     process = subprocess.Popen(
         [
-            str(BIN / "nsq_to_file"),
+            str(BIN / tool),
             f"--lookupd-http-address={fork.lookupd_http_address}",
             "--topic=ordered",
-            "--channel=archive",
-            f"--output-dir={tmp_path}",
+            f"--channel={channel}",
+            *args,
         ],
         stderr=subprocess.PIPE,
     )
     try:
-        wait_until(lambda: len(fork.finished("ordered", "archive")) == 20, 20, "20 FINs")
+        wait_until(lambda: len(fork.finished("ordered", channel)) == ORDERED_COUNT, 20, "FINs")
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
-    (archive,) = tmp_path.glob("ordered.*.log")
-    written = archive.read_bytes().splitlines()
+
+
+def assert_each_partition_in_order(lines_out: list[bytes]) -> None:
     for partition in (b"0", b"1"):
-        mine = [line for line in written if line.startswith(partition)]
-        assert mine == sorted(mine) and len(mine) == 10
+        mine = [line for line in lines_out if line.startswith(partition)]
+        assert mine == sorted(mine) and len(mine) == ORDERED_COUNT // 2
+
+
+def test_nsq_to_file_keeps_each_partitions_order(fork: YouzanCluster, tmp_path: Path) -> None:
+    inject_ordered(fork)
+    consume_ordered(fork, "nsq_to_file", "archive", f"--output-dir={tmp_path}")
+    (archive,) = tmp_path.glob("ordered.*.log")
+    assert_each_partition_in_order(archive.read_bytes().splitlines())
 
 
 def test_nsq_to_nsq_keeps_each_partitions_order(fork: YouzanCluster, nsqd: Nsqd) -> None:
     """From an ordered topic of the fork to upstream nsqd: each partition's messages
     arrive in their order (one in flight per partition, FIN after the destination's OK)."""
     nsqd.create_channels("relayed", "check")
-    for n in range(20):
-        fork.inject("ordered", n % 2, f"{n % 2}:{n:02d}".encode())
-    relay = subprocess.Popen(
-        [
-            str(BIN / "nsq_to_nsq"),
-            f"--lookupd-http-address={fork.lookupd_http_address}",
-            "--topic=ordered",
-            "--channel=relay",
-            f"--destination-nsqd-tcp-address={nsqd.tcp_address}",
-            "--destination-topic=relayed",
-        ],
-        stderr=subprocess.PIPE,
+    inject_ordered(fork)
+    consume_ordered(
+        fork,
+        "nsq_to_nsq",
+        "relay",
+        f"--destination-nsqd-tcp-address={nsqd.tcp_address}",
+        "--destination-topic=relayed",
     )
-    try:
-        wait_until(lambda: len(fork.finished("ordered", "relay")) == 20, 20, "20 FINs")
-    finally:
-        relay.terminate()
-        _, stderr = relay.communicate(timeout=20)
-    assert relay.returncode == 0, stderr
     tail = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=relayed", "--channel=check"]
-    result = run("nsq_tail", *tail, "-n", "20", "--max-in-flight=1")
-    arrived = result.stdout.splitlines()
-    for partition in (b"0", b"1"):
-        mine = [line for line in arrived if line.startswith(partition)]
-        assert mine == sorted(mine) and len(mine) == 10
+    result = run("nsq_tail", *tail, "-n", str(ORDERED_COUNT), "--max-in-flight=1")
+    assert_each_partition_in_order(result.stdout.splitlines())
