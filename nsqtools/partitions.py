@@ -2,8 +2,9 @@
 
 The fork splits a topic into partitions, each led by one nsqd, and every PUB names
 its partition. Partitions knows, per topic, each partition's leader and the topic's
-meta, from nsqlookupd asked for writing (`access=w&metainfo=true`), and refreshes them
-when an nsqd says it no longer leads one. It picks a partition for each batch: the one
+meta, from nsqlookupd asked for writing (`access=w&metainfo=true`; the other lookupds
+of the cluster, from /listlookup, are asked too), and refreshes them when an nsqd says
+it no longer leads one. It picks a partition for each batch: the one
 asked for; on an ordered topic the one a shard key hashes to; otherwise the next in
 turn (round-robin), so every partition gets its share.
 
@@ -51,6 +52,7 @@ class Partitions:
         self._turns: dict[str, Iterator[int]] = {}
         self._refreshing: dict[str, trio.Event] = {}
         self._client: httpx.AsyncClient | None = None
+        self._asked_for_lookupds = False  # the fork's /listlookup, asked once
 
     async def __aenter__(self) -> Partitions:
         import httpx
@@ -87,6 +89,10 @@ class Partitions:
             self._client, self.lookupd_http_addresses, topic, access="w"
         )
         if found.partitions:
+            if not self._asked_for_lookupds:
+                self._asked_for_lookupds = True
+                more = await discovery.more_lookupds(self._client, self.lookupd_http_addresses)
+                self.lookupd_http_addresses.extend(more)
             return found
         if errors:
             raise PartitionError(str(errors[0]))

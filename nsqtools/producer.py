@@ -412,7 +412,7 @@ class _Node:
         except ConnectionClosed:
             return  # closed meanwhile: the next round dials again
         part = self._outbox.popleft()
-        refusal = self._known_refusal(part)
+        refusal = self._known_refusal(part) or _not_the_fork(conn, part)
         if refusal is not None:
             self._on_part(self, part, refusal, 0.0)
             return
@@ -1084,6 +1084,18 @@ class _Queue:
 
 
 _EMPTY = "message body is empty: nsqd rejects empty messages"
+
+
+def _not_the_fork(conn: Conn, part: _Part) -> NsqError | None:
+    """A fork-only publish (a partition, a trace) to upstream nsqd, which would take
+    `PUB topic 3` as `PUB topic` and refuse the rest: refused here, in words."""
+    if part.batch.fork is None or youzan.is_fork_version(conn.identify.version):
+        return None
+    version = conn.identify.version or "an unknown version"
+    return NsqError(
+        f"{conn.address} is NSQ {version}, not the Youzan fork: partitions and tracing "
+        "need the fork"
+    )
 
 
 def _moved(error: NsqError) -> bool:

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
+from nsqtools import discovery
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import NsqError, NsqErrorResponse
@@ -27,7 +29,9 @@ from nsqtools.producer import MAX_REROUTES, Outcome, Producer
 from nsqtools.protocol import youzan
 from nsqtools.protocol.youzan import ForkMessage
 from nsqtools.testing import Nsqd, wait_until
+from nsqtools.testing.webserver import Answer, WebServer
 from nsqtools.testing.youzan import ForkTopic, YouzanCluster
+from tests.conftest import Cluster
 
 BIN = Path(sys.executable).parent
 CHANNEL = "ch"
@@ -151,6 +155,31 @@ async def test_a_start_position_skips_what_came_before(fork: YouzanCluster) -> N
     assert (message.body, message.queue_offset) == (b"new", new.offset)
 
 
+@pytest.mark.parametrize(
+    ("start", "wanted"),
+    [("offset", [b"second", b"third"]), ("count:2", [b"third"]), ("timestamp:2000", [b"third"])],
+)
+async def test_start_positions_from_an_offset_a_count_and_a_time(
+    fork: YouzanCluster, start: str, wanted: list[bytes]
+) -> None:
+    fork.inject("yz", 1, b"first", timestamp=1000 * 10**9)
+    second = fork.inject("yz", 1, b"second", timestamp=1500 * 10**9)
+    fork.inject("yz", 1, b"third", timestamp=2500 * 10**9)
+    if start == "offset":
+        start = f"offset:{second.offset}"
+    async with open_consumer(
+        "yz",
+        "from",
+        config(),
+        nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]],
+        partition=1,
+        start_at=youzan.parse_start_position(start),
+    ) as consumer:
+        seen = await take(consumer, len(wanted))
+    assert [message.body for message in seen] == wanted
+    assert all(message.queue_offset is not None for message in seen)
+
+
 async def test_an_extend_topic_is_identified_and_its_tags_read(fork: YouzanCluster) -> None:
     """Through lookupd, meta says extend; to an nsqd directly, its refusal says so."""
     ext = b'{"##client_dispatch_tag":"red"}'
@@ -186,6 +215,17 @@ async def test_upstream_nsqd_refuses_the_forks_options_in_one_line(nsqd: Nsqd) -
             "t", CHANNEL, config(), nsqd_tcp_addresses=[nsqd.tcp_address], partition=1
         ):
             pass
+
+
+async def test_the_other_lookupds_of_the_cluster_are_found() -> None:
+    listed = {
+        "lookupdleader": {"ID": "1", "NodeIP": "127.0.0.1", "TcpPort": "1", "HttpPort": "4161"},
+        "lookupdnodes": [{"ID": "2", "NodeIP": "127.0.0.1", "TcpPort": "2", "HttpPort": "5161"}],
+    }
+    with WebServer(Answer(body=json.dumps(listed).encode())) as lookupd:
+        async with httpx.AsyncClient() as client:
+            more = await discovery.more_lookupds(client, [lookupd.address, "127.0.0.1:4161"])
+    assert more == ["127.0.0.1:5161"]
 
 
 async def test_a_plain_sub_on_an_ordered_topic_becomes_ordered_with_a_partition(
@@ -277,6 +317,29 @@ async def test_an_ordered_topic_needs_a_partition_or_a_key(fork: YouzanCluster) 
             with pytest.raises(PartitionError, match="ordered: give each message"):
                 await producer.publish("ordered", b"x")
         assert partitions.for_key("ordered", b"user-1") == shard_partition(b"user-1", 2)
+
+
+def test_to_nsq_refuses_the_forks_options_on_upstream(cluster: Cluster) -> None:
+    """Upstream nsqd would read `PUB t 1` as `PUB t`; upstream lookupd has no partitions."""
+    to_partition = run(
+        "to_nsq",
+        f"--nsqd-tcp-address={cluster.nsqd.tcp_address}",
+        "--topic=t",
+        "--partition=1",
+        stdin=b"x\n",
+    )
+    assert to_partition.returncode == 1
+    assert b"is NSQ 1.3.0, not the Youzan fork" in to_partition.stderr
+    cluster.publish_many("t", lambda nsqd: [b"registered"])
+    through_lookupd = run(
+        "to_nsq",
+        f"--lookupd-http-address={cluster.lookupd.http_address}",
+        "--topic=t",
+        stdin=b"x\n",
+    )
+    assert through_lookupd.returncode == 1
+    assert b"topic t is not on the Youzan fork" in through_lookupd.stderr
+    assert b"Traceback" not in to_partition.stderr + through_lookupd.stderr
 
 
 async def test_an_unknown_topic_has_no_writable_partition(fork: YouzanCluster) -> None:
