@@ -1,4 +1,5 @@
-"""Record splitting (to_nsq's input) and the token bucket behind --rate, without I/O."""
+"""Record splitting (to_nsq's input), the keys taken from records (--shard-key,
+--trace-id) and the token bucket behind --rate, without I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsqtools.flow import TokenBucket
-from nsqtools.records import DelimiterError, parse_delimiter, split_records
+from nsqtools.records import (
+    DelimiterError,
+    RecordKey,
+    RecordKeyError,
+    parse_delimiter,
+    split_records,
+)
 from nsqtools.testing import AllocationMeter
 
 
@@ -90,3 +97,39 @@ def test_token_bucket_never_exceeds_rate_times_time_plus_one_second(
         now += step
         granted += bucket.take(10**9, now)
     assert granted <= rate * now + rate + 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "record", "value"),
+    [
+        ("user", b'{"user": "ann", "n": 1}', "ann"),
+        ("n", b'{"user": "ann", "n": 1}', "1"),
+        ("{user}-{n}", b'{"user": "ann", "n": 1}', "ann-1"),
+        ("{where}", b'{"where": {"a": [1, 2]}}', '{"a":[1,2]}'),
+        ("42", b"not even json", "42"),
+    ],
+)
+def test_record_keys_from_a_field_a_template_or_a_constant(
+    spec: str, record: bytes, value: str
+) -> None:
+    assert RecordKey(spec).of(record) == value
+
+
+@pytest.mark.parametrize(
+    ("spec", "record", "reason"),
+    [
+        ("user", b"plain text", "not JSON"),
+        ("user", b"[1, 2]", "not a JSON object"),
+        ("user", b'{"name": "x"}', "no field 'user'"),
+        ("{user}-{n}", b'{"user": "x"}', "no field 'n'"),
+    ],
+)
+def test_a_record_without_its_key_says_why(spec: str, record: bytes, reason: str) -> None:
+    with pytest.raises(RecordKeyError, match=reason):
+        RecordKey(spec).of(record)
+
+
+@pytest.mark.parametrize(("spec", "reason"), [("", "empty"), ("{", "invalid"), ("{}", "no field")])
+def test_a_bad_key_is_refused_at_once(spec: str, reason: str) -> None:
+    with pytest.raises(RecordKeyError, match=reason):
+        RecordKey(spec)

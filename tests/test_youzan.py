@@ -417,6 +417,17 @@ def test_nsq_tail_reads_one_partition(fork: YouzanCluster) -> None:
     assert lines(fork, b"SUB ") == [b"SUB yz one 1\n"]
 
 
+def test_nsq_tail_with_a_desired_tag(fork: YouzanCluster) -> None:
+    for tag in ("blue", "red"):
+        ext = json.dumps({youzan.TAG_KEY: tag}).encode()
+        fork.inject("tagged", 0, tag.encode(), tag=tag, ext=ext)
+    lookupd = f"--lookupd-http-address={fork.lookupd_http_address}"
+    result = run("nsq_tail", lookupd, "--topic=tagged", "--desired-tag=red", "-n", "1")
+    assert (result.returncode, result.stdout) == (0, b"red\n"), result.stderr
+    identify = next(c for c in fork.commands() if c.startswith(b"IDENTIFY"))
+    assert b'"desired_tag":"red"' in identify
+
+
 def test_nsq_tail_refuses_a_bad_start_position() -> None:
     result = run("nsq_tail", "--nsqd-tcp-address=127.0.0.1:1", "--topic=t", "--start-at=soon")
     assert result.returncode == 2
