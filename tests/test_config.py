@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "user_agent": f"nsqtools/{nsqtools.__version__}",
     "topology_region": "",
     "topology_zone": "",
+    "desired_tag": "",  # the Youzan fork's go-nsq (DesiredTag)
     "heartbeat_interval": 30.0,
     "sample_rate": 0,
     "tls_v1": False,
