@@ -418,6 +418,12 @@ class Consumer:
         return flow.starved(in_flight, {link.key: link.ready for link in links})
 
     @property
+    def msg_timeout(self) -> float | None:
+        """The shortest msg_timeout the connected nsqds granted (None: none connected)."""
+        links = self._live_links()
+        return min((link.conn.identify.msg_timeout for link in links if link.conn), default=None)
+
+    @property
     def connected_addresses(self) -> list[str]:
         return [link.address for link in self._live_links()]
 

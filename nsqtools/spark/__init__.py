@@ -5,7 +5,17 @@ imports pyspark, an optional extra (pip install 'nsqtools[spark]').
 - messages.py: archives as one DataFrame of messages, whatever their format and damage;
 - compact.py, stats.py, query.py, replay.py: the jobs;
 - commit.py: compacted partitions made visible whole, or not at all;
-- progress.py: what Spark is doing, for a progress display.
+- progress.py: what Spark is doing, for a progress display;
+- streaming.py: format("nsq"), live topics in Structured Streaming (register() it).
 
 The transforms are kept apart from the session set-up, so the tests share one session.
 """
+
+from typing import Any
+
+
+def register(spark: Any) -> None:
+    """Make format("nsq") known to this SparkSession: readStream and writeStream."""
+    from nsqtools.spark.streaming import NsqDataSource
+
+    spark.dataSource.register(NsqDataSource)

@@ -1,0 +1,478 @@
+"""Live topics in Spark Structured Streaming: `format("nsq")`, a source and a sink.
+
+The source runs our consumer in a thread of the Python worker that Spark keeps on the
+driver for the query's reader. Messages are taken into micro-batches (at most
+maxMessagesPerTrigger each) and stay in flight, TOUCHed before nsqd's msg_timeout,
+until Spark commits their batch: only then are they FIN'd. A stopped or failed query
+requeues what it holds at once (REQ 0 after RDY 0, so nothing is sent straight back):
+on stop(), and on SIGTERM, which is how Spark may end the worker without stop(). So
+delivery is at least once, and each row has the message id for deduplication.
+
+Two things keep the source from stalling. Spark commits batch k only when it plans
+batch k+1: with nothing new the last batch would never be committed, and a window of
+uncommitted messages as wide as RDY means nothing new. So when nothing new came and the
+last batch holds messages, the source reports one empty batch, whose planning commits
+it. A query restarted from its checkpoint replays its uncommitted batch empty: those
+messages were requeued (or time out) and come back from nsqd in later batches.
+
+The sink publishes each task's rows (a `body` column; a `topic` column or the topic
+option) with the pipelined producer; the task, and so the batch, succeeds only when
+every message is acknowledged, and an nsqd that restarts meanwhile is redialed
+(reconnect_timeout).
+
+Options of both: nsqd_tcp_addresses or lookupd_http_addresses (comma-separated), and
+any go-nsq option by its name (tls_v1, auth_secret, msg_timeout, ...). The source's:
+topic, channel, maxMessagesPerTrigger. The sink's: topic, mode, reconnect_timeout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import logging
+import os
+import signal
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import trio
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import Row
+
+from nsqtools import __version__
+from nsqtools.config import ClientConfig, ConfigError
+from nsqtools.consumer import Batch, Consumer, open_consumer
+from nsqtools.durations import parse_duration
+from nsqtools.errors import NsqError
+from nsqtools.formats import message_id
+from nsqtools.producer import MODES, Producer
+from nsqtools.protocol import Message
+
+log = logging.getLogger("nsqtools.spark.streaming")
+
+NAME = "nsq"
+SCHEMA = (
+    "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd_address string"
+)
+DEFAULT_MAX_MESSAGES_PER_TRIGGER = 1000
+# How long a stopping source may take to requeue what it holds.
+STOP_TIMEOUT = 10.0
+# Options that are ours, not go-nsq's (Spark gives option names in lower case).
+_SOURCE_OPTIONS = frozenset(
+    {"topic", "channel", "nsqd_tcp_addresses", "lookupd_http_addresses", "maxmessagespertrigger"}
+)
+_SINK_OPTIONS = frozenset(
+    {"topic", "nsqd_tcp_addresses", "lookupd_http_addresses", "mode", "reconnect_timeout"}
+)
+# Spark's own options, which it passes to every data source too.
+_SPARKS_OPTIONS = frozenset({"checkpointlocation", "path", "queryname", "outputmode"})
+_NANOSECONDS = 1_000_000_000
+
+
+class OptionError(ValueError):
+    """An option of format("nsq") that is missing or wrong; its message is one line."""
+
+
+def _addresses(options: Mapping[str, str], name: str) -> list[str]:
+    return [address.strip() for address in options.get(name, "").split(",") if address.strip()]
+
+
+def _config(options: Mapping[str, str], ours: frozenset[str]) -> ClientConfig:
+    config = ClientConfig(user_agent=f"nsqtools-spark/{__version__}")
+    try:
+        config.apply_options(
+            f"{key},{value}"
+            for key, value in options.items()
+            if key.lower() not in ours | _SPARKS_OPTIONS
+        )
+    except ConfigError as error:
+        raise OptionError(f'format("nsq"): {error}') from None
+    return config
+
+
+def _required(options: Mapping[str, str], name: str) -> str:
+    value = options.get(name, "")
+    if not value:
+        raise OptionError(f'format("nsq") needs .option("{name}", ...)')
+    return value
+
+
+# -- the source -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    topic: str
+    channel: str
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    max_messages_per_trigger: int
+    config: ClientConfig
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> SourceSettings:
+        nsqd = _addresses(options, "nsqd_tcp_addresses")
+        lookupd = _addresses(options, "lookupd_http_addresses")
+        if bool(nsqd) == bool(lookupd):
+            raise OptionError(
+                'format("nsq") needs nsqd_tcp_addresses or lookupd_http_addresses, not both'
+            )
+        limit_text = options.get("maxMessagesPerTrigger", str(DEFAULT_MAX_MESSAGES_PER_TRIGGER))
+        if not limit_text.isdigit() or int(limit_text) < 1:
+            raise OptionError(f"maxMessagesPerTrigger must be a positive number: {limit_text!r}")
+        config = _config(options, _SOURCE_OPTIONS)
+        if "max_in_flight" not in {key.lower() for key in options}:
+            # Room for the next batch while one waits for its commit.
+            config.max_in_flight = 2 * int(limit_text)
+        return cls(
+            _required(options, "topic"),
+            _required(options, "channel"),
+            nsqd,
+            lookupd,
+            int(limit_text),
+            config,
+        )
+
+
+@dataclass
+class _Taken:
+    """Messages of one consumer batch that went into one micro-batch."""
+
+    batch: Batch
+    messages: list[Message]
+
+
+@dataclass
+class _Held:
+    """What the source holds: taken from the consumer, not yet in a batch; and each
+    micro-batch's messages until Spark commits it. Shared by Spark's thread and the
+    consumer's; guarded by `lock`."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    waiting: deque[_Taken] = field(default_factory=deque)
+    batches: dict[int, list[_Taken]] = field(default_factory=dict)
+
+    def all(self) -> list[_Taken]:
+        with self.lock:
+            return [*self.waiting, *(taken for held in self.batches.values() for taken in held)]
+
+
+class LiveConsumer:
+    """Our consumer, run on trio in a thread of its own, feeding `held.waiting`."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self.held = _Held()
+        self.error: BaseException | None = None
+        self._started = threading.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._consumer: Consumer | None = None
+        self._thread = threading.Thread(target=self._run, name="nsq-source", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            trio.run(self._consume)
+        except BaseException as error:  # reported to Spark's thread by take()
+            self.error = error
+        finally:
+            self._started.set()
+
+    async def _consume(self) -> None:
+        settings = self.settings
+        self._token = trio.lowlevel.current_trio_token()
+        async with open_consumer(
+            settings.topic,
+            settings.channel,
+            settings.config,
+            nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+            lookupd_http_addresses=settings.lookupd_http_addresses,
+            stop_timeout=STOP_TIMEOUT,
+        ) as consumer:
+            self._consumer = consumer
+            self._started.set()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._touch_held)
+                async for batch in consumer:
+                    with self.held.lock:
+                        self.held.waiting.append(_Taken(batch, batch.messages))
+                nursery.cancel_scope.cancel()
+
+    async def _touch_held(self) -> None:
+        """TOUCH what is held, so a batch slower than msg_timeout is not redelivered."""
+        while True:
+            await trio.sleep(self._touch_interval())
+            for taken in self.held.all():
+                taken.batch.touch(taken.messages)
+
+    def _touch_interval(self) -> float:
+        """A third of the shortest msg_timeout an nsqd granted (60 s: nsqd's default)."""
+        granted = None if self._consumer is None else self._consumer.msg_timeout
+        return max((granted or self.settings.config.msg_timeout or 60.0) / 3, 0.1)
+
+    def take(self, limit: int | None) -> list[_Taken]:
+        """Up to `limit` messages (None: all) waiting, in arrival order."""
+        if self.error is not None:
+            raise self.error
+        taken: list[_Taken] = []
+        room = limit
+        with self.held.lock:
+            waiting = self.held.waiting
+            while waiting and (room is None or room > 0):
+                first = waiting[0]
+                if room is not None and len(first.messages) > room:
+                    taken.append(_Taken(first.batch, first.messages[:room]))
+                    first.messages = first.messages[room:]
+                    break
+                taken.append(waiting.popleft())
+                if room is not None:
+                    room -= len(taken[-1].messages)
+        return taken
+
+    def finish(self, taken: list[_Taken]) -> None:
+        """FIN these messages (from Spark's thread)."""
+        if self._token is None or not taken:
+            return
+
+        def fin() -> None:
+            for entry in taken:
+                entry.batch.finish(entry.messages)
+
+        try:
+            trio.from_thread.run_sync(fin, trio_token=self._token)
+        except trio.RunFinishedError:
+            log.warning("the consumer had stopped: %d messages come back from nsqd", len(taken))
+
+    def close(self) -> None:
+        """Stop: RDY 0, then everything not FIN'd is requeued at once. Safe twice."""
+        consumer, token = self._consumer, self._token
+        if consumer is not None and token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(consumer.stop, trio_token=token)
+        self._thread.join(STOP_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class MessagesPartition(InputPartition):
+    """One micro-batch's rows, carried to the task that outputs them."""
+
+    rows: list[tuple[Any, ...]]
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        object.__setattr__(self, "rows", rows)
+
+
+def _row(message: Message, topic: str, nsqd: str) -> tuple[Any, ...]:
+    seconds, nanoseconds = divmod(message.timestamp, _NANOSECONDS)
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC).replace(
+        microsecond=nanoseconds // 1000
+    )
+    return (message_id(message), message.body, moment, message.attempts, topic, nsqd)
+
+
+class NsqStreamReader(DataSourceStreamReader):
+    """Offsets are micro-batch numbers: {"batch": n}. Batch n's messages are held from
+    latestOffset() until commit({"batch": n}) or later."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self._live: LiveConsumer | None = None
+
+    @property
+    def live(self) -> LiveConsumer:
+        """The consumer, started on first use: Spark also makes readers only to send
+        their read() to the tasks (pickled without it), which must not consume."""
+        if self._live is None:
+            self._live = LiveConsumer(self.settings)
+            _requeue_on_exit(self._live)
+        return self._live
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "_live": None}
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"batch": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.settings.max_messages_per_trigger)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        number = start["batch"]
+        rows_limit = None if isinstance(limit, ReadAllAvailable) else _max_rows(limit)
+        taken = self.live.take(rows_limit)
+        held = self.live.held
+        if taken:
+            with held.lock:
+                held.batches[number + 1] = taken
+            return {"batch": number + 1}
+        with held.lock:
+            last_is_held = number in held.batches
+        # Nothing new: an empty batch, once, so that Spark commits the last one.
+        return {"batch": number + 1} if last_is_held else start
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        held = self.live.held
+        with held.lock:
+            batches = [held.batches.get(n, []) for n in range(start["batch"] + 1, end["batch"] + 1)]
+        topic = self.settings.topic
+        rows = [
+            _row(message, topic, taken.batch.nsqd_address)
+            for taken_list in batches
+            for taken in taken_list
+            for message in taken.messages
+        ]
+        return [MessagesPartition(rows)] if rows else []
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, MessagesPartition)
+        return iter(partition.rows)
+
+    def commit(self, end: dict[str, int]) -> None:
+        held = self.live.held
+        with held.lock:
+            done = [n for n in held.batches if n <= end["batch"]]
+            taken = [entry for n in done for entry in held.batches.pop(n)]
+        self.live.finish(taken)
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.close()
+
+
+def _max_rows(limit: ReadLimit) -> int | None:
+    return limit.max_rows if isinstance(limit, ReadMaxRows) else None
+
+
+def _requeue_on_exit(live: LiveConsumer) -> None:
+    """Spark may end the reader's worker with SIGTERM and no stop(): requeue first."""
+    atexit.register(live.close)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        live.close()
+        if callable(previous):
+            previous(signum, frame)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+# -- the sink ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    topic: str  # "": each row's topic column
+    nsqd_tcp_addresses: list[str]
+    mode: str
+    reconnect_timeout: float
+    config: ClientConfig
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> SinkSettings:
+        nsqd = _addresses(options, "nsqd_tcp_addresses")
+        if not nsqd:
+            raise OptionError('format("nsq") sink needs .option("nsqd_tcp_addresses", ...)')
+        mode = options.get("mode", "round-robin")
+        if mode not in MODES:
+            raise OptionError(f"mode must be one of {', '.join(MODES)}: {mode!r}")
+        try:
+            reconnect_timeout = parse_duration(options.get("reconnect_timeout", "2m"))
+        except ValueError as error:
+            raise OptionError(f"reconnect_timeout: {error}") from None
+        config = _config(options, _SINK_OPTIONS)
+        return cls(options.get("topic", ""), nsqd, mode, reconnect_timeout, config)
+
+
+@dataclass
+class PublishedMessage(WriterCommitMessage):
+    count: int
+
+
+class NsqStreamWriter(DataSourceStreamWriter):
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[Row]) -> PublishedMessage:
+        by_topic: dict[str, list[bytes]] = {}
+        for row in iterator:
+            by_topic.setdefault(self._topic_of(row), []).append(_body_of(row))
+        count = sum(map(len, by_topic.values()))
+        if count:
+            trio.run(self._publish, by_topic)
+        return PublishedMessage(count)
+
+    def _topic_of(self, row: Row) -> str:
+        topic = self.settings.topic or (row["topic"] if "topic" in row.__fields__ else None)
+        if not topic:
+            raise OptionError('format("nsq") sink needs a topic column or .option("topic", ...)')
+        return str(topic)
+
+    async def _publish(self, by_topic: dict[str, list[bytes]]) -> None:
+        settings = self.settings
+        producer = Producer(
+            settings.nsqd_tcp_addresses,
+            settings.config,
+            settings.mode,
+            reconnect_timeout=settings.reconnect_timeout,
+        )
+        async with producer:
+            for topic, bodies in by_topic.items():
+                await producer.put_many(topic, bodies)
+            await producer.flush()
+        if producer.failed:
+            reason = next(iter(producer.failure_reasons))
+            raise NsqError(f"{producer.failed} messages were not published: {reason}")
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every task's messages were acknowledged before it reported: nothing to do."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Published messages stay published: the sink is at least once."""
+
+
+def _body_of(row: Row) -> bytes:
+    body = row["body"]
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode()
+    raise OptionError(f"the body column must be binary or string, not {type(body).__name__}")
+
+
+# -- the data source --------------------------------------------------------------------
+
+
+class NsqDataSource(DataSource):
+    """format("nsq"): readStream (the source) and writeStream (the sink)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return NsqStreamReader(SourceSettings.of(self.options))
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        return NsqStreamWriter(SinkSettings.of(self.options))

@@ -1,0 +1,200 @@
+"""format("nsq") in Structured Streaming, on real PySpark (local mode) and real nsqd:
+every message once through a query, FIN only on Spark's commit, requeued at once when a
+query stops uncommitted, no redelivery under a batch slower than msg_timeout, and the
+sink through a destination nsqd's restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from nsqtools.spark import register
+from nsqtools.testing import Nsqd, wait_until
+from nsqtools.testing.cluster import not_in_nsqd
+from tests.conftest import DURABLE, LocalNsq
+
+TOPIC = "live"
+WAIT = 90.0  # for Spark's micro-batches on two busy cores
+
+
+@pytest.fixture
+def nsq_spark(spark: Any) -> Any:
+    register(spark)
+    return spark
+
+
+def source(spark: Any, nsqd: Nsqd, channel: str, **options: str) -> Any:
+    reader = (
+        spark.readStream.format("nsq")
+        .option("topic", TOPIC)
+        .option("channel", channel)
+        .option("nsqd_tcp_addresses", nsqd.tcp_address)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+@pytest.fixture
+def queries() -> Iterator[list[Any]]:
+    """Streaming queries the test started, stopped at its end whatever happens."""
+    started: list[Any] = []
+    yield started
+    for query in started:
+        query.stop()
+
+
+def rows_of(spark: Any, table: str) -> list[Any]:
+    rows: list[Any] = spark.sql(f"SELECT * FROM {table}").collect()
+    return rows
+
+
+def bodies(count: int, prefix: str = "m") -> list[bytes]:
+    return [f"{prefix}{index:04d}".encode() for index in range(count)]
+
+
+def settled(nsqd: Nsqd, channel: str, finished: int) -> Callable[[], bool]:
+    """Every message FIN'd: none waiting, none in flight, `finished` FINs."""
+
+    def check() -> bool:
+        try:
+            stats = nsqd.channel_stats(TOPIC, channel)
+        except KeyError:  # not subscribed yet
+            return False
+        fins = sum(client.finish_count for client in stats.clients)
+        return stats.depth == 0 and stats.in_flight_count == 0 and fins == finished
+
+    return check
+
+
+def test_every_message_once_and_each_finished_when_committed(
+    nsq_spark: Any, nsqd: Nsqd, queries: list[Any]
+) -> None:
+    sent = bodies(120)
+    nsqd.publish_many(TOPIC, sent)
+    stream = source(nsq_spark, nsqd, "memory", maxMessagesPerTrigger="50")
+    queries.append(stream.writeStream.format("memory").queryName("every").start())
+    wait_until(lambda: len(rows_of(nsq_spark, "every")) >= len(sent), WAIT, "every row")
+    rows = rows_of(nsq_spark, "every")
+    assert sorted(row.body for row in rows) == sent
+    assert len({row.id for row in rows}) == len(sent)
+    assert {(row.topic, row.nsqd_address, row.attempts) for row in rows} == {
+        (TOPIC, nsqd.tcp_address, 1)
+    }
+    # The last batch too: an empty batch after it makes Spark commit it.
+    wait_until(settled(nsqd, "memory", len(sent)), WAIT, "every message FIN'd")
+    sizes = [progress["numInputRows"] for progress in queries[0].recentProgress]
+    assert max(sizes) <= 50
+
+
+class Gate:
+    """A foreachBatch function that records each batch's bodies and holds the first
+    until released: a micro-batch caught before Spark commits it."""
+
+    def __init__(self, hold_for: float = 0.0) -> None:
+        self.seen: list[bytes] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.hold_for = hold_for
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.seen.extend(row.body for row in frame.collect())
+        if not self.entered.is_set() and self.seen:
+            self.entered.set()
+            if self.hold_for:
+                time.sleep(self.hold_for)  # the slow batch itself, not a synchronisation
+            else:
+                self.release.wait(WAIT)
+
+
+def test_a_query_stopped_before_its_commit_requeues_at_once(
+    nsq_spark: Any, nsqd: Nsqd, queries: list[Any]
+) -> None:
+    """msg_timeout is 2 minutes: what comes back within the wait came back by REQ."""
+    sent = bodies(40)
+    nsqd.publish_many(TOPIC, sent)
+    gate = Gate()
+    options = {"msg_timeout": "2m", "maxMessagesPerTrigger": "100"}
+    first = source(nsq_spark, nsqd, "restart", **options).writeStream.foreachBatch(gate).start()
+    assert gate.entered.wait(WAIT), "the first batch"
+    stopping = threading.Thread(target=first.stop)
+    stopping.start()
+    gate.release.set()
+    stopping.join(WAIT)
+    assert gate.seen and set(gate.seen) <= set(sent)  # the first batch (a new nsqd
+    # connection starts at RDY 1: it may hold a single message)
+    stats = nsqd.channel_stats(TOPIC, "restart")
+    assert sum(client.finish_count for client in stats.clients) == 0, "nothing committed"
+    wait_until(lambda: nsqd.channel_stats(TOPIC, "restart").depth == len(sent), 30, "all requeued")
+    again = source(nsq_spark, nsqd, "restart", **options)
+    queries.append(again.writeStream.format("memory").queryName("again").start())
+    wait_until(lambda: len(rows_of(nsq_spark, "again")) >= len(sent), WAIT, "every row again")
+    rows = rows_of(nsq_spark, "again")
+    assert sorted(row.body for row in rows) == sent
+    assert {row.attempts for row in rows if row.body in gate.seen} == {2}
+
+
+def test_a_batch_slower_than_msg_timeout_is_not_redelivered(
+    nsq_spark: Any, nsqd: Nsqd, queries: list[Any]
+) -> None:
+    sent = bodies(30)
+    nsqd.publish_many(TOPIC, sent)
+    gate = Gate(hold_for=5.0)  # msg_timeout is 2s: TOUCHes keep the messages
+    stream = source(nsq_spark, nsqd, "slow", msg_timeout="2s", maxMessagesPerTrigger="100")
+    queries.append(stream.writeStream.foreachBatch(gate).start())
+    wait_until(settled(nsqd, "slow", len(sent)), WAIT, "every message FIN'd")
+    stats = nsqd.channel_stats(TOPIC, "slow")
+    assert (stats.timeout_count, stats.requeue_count) == (0, 0)
+    assert sorted(gate.seen) == sent
+
+
+def test_the_sink_through_a_destination_restart(
+    nsq_spark: Any, durable_nsq: LocalNsq, tmp_path: Path, queries: list[Any]
+) -> None:
+    """Text files in, one per micro-batch; the destination nsqd is killed and restarted
+    after the first: every line arrives at least once."""
+    destination = durable_nsq.nsqd("destination", extra_args=DURABLE)
+    destination.create_channels("out")  # the topic, holding what comes until it is read
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    sent = bodies(400, "row")
+    for part in range(4):
+        (incoming / f"part{part}.txt").write_bytes(b"\n".join(sent[part * 100 : part * 100 + 100]))
+    stream = (
+        nsq_spark.readStream.option("maxFilesPerTrigger", "1")
+        .text(str(incoming))
+        .withColumnRenamed("value", "body")
+    )
+    query = (
+        stream.writeStream.format("nsq")
+        .option("nsqd_tcp_addresses", destination.tcp_address)
+        .option("topic", "out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    queries.append(query)
+    wait_until(lambda: destination.topic_depth("out") > 0, WAIT, "the first batch")
+    destination.kill()
+    destination.start()
+    query.processAllAvailable()
+    assert query.exception() is None
+    missing = trio.run(not_in_nsqd, destination, "out", set(sent))
+    assert not missing, f"{len(missing)} rows lost"
+
+
+def test_a_missing_option_is_named(nsq_spark: Any, nsqd: Nsqd) -> None:
+    stream = (
+        nsq_spark.readStream.format("nsq").option("nsqd_tcp_addresses", nsqd.tcp_address).load()
+    )
+    query = stream.writeStream.format("memory").queryName("missing").start()
+    try:
+        with pytest.raises(Exception, match=r'needs \.option\("topic", \.\.\.\)'):
+            query.awaitTermination(WAIT)
+    finally:
+        query.stop()
