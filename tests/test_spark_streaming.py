@@ -198,3 +198,42 @@ def test_a_missing_option_is_named(nsq_spark: Any, nsqd: Nsqd) -> None:
             query.awaitTermination(WAIT)
     finally:
         query.stop()
+
+
+def test_the_readmes_pipelines(
+    nsq_spark: Any, nsqd: Nsqd, tmp_path: Path, queries: list[Any]
+) -> None:
+    """As the README shows them: windowed counts of a topic, and a topic filtered into
+    another topic."""
+    from pyspark.sql.functions import col, window
+
+    nsqd.create_channels("click-errors", "check")
+    nsqd.create_channels(TOPIC, "counts", "errors")  # each gets every message
+    sent = [b"ok 1", b"error 2", b"ok 3", b"error 4"]
+    nsqd.publish_many(TOPIC, sent)
+
+    def clicks(channel: str) -> Any:
+        return source(nsq_spark, nsqd, channel, maxMessagesPerTrigger="5000")
+
+    counts = clicks("counts").groupBy(window("timestamp", "1 minute")).count()
+    # Spark's 200 shuffle partitions cost seconds per micro-batch on two cores.
+    nsq_spark.conf.set("spark.sql.shuffle.partitions", "2")
+    try:
+        queries.append(
+            counts.writeStream.outputMode("complete").format("memory").queryName("counts").start()
+        )
+    finally:
+        nsq_spark.conf.unset("spark.sql.shuffle.partitions")
+    queries.append(
+        clicks("errors")
+        .where(col("body").cast("string").contains("error"))
+        .select("body")
+        .writeStream.format("nsq")
+        .option("nsqd_tcp_addresses", nsqd.tcp_address)
+        .option("topic", "click-errors")
+        .option("checkpointLocation", str(tmp_path / "click-errors"))
+        .start()
+    )
+    total = lambda: sum(row["count"] for row in rows_of(nsq_spark, "counts"))  # noqa: E731
+    wait_until(lambda: total() == len(sent), WAIT, "every message counted")
+    wait_until(lambda: nsqd.channel_stats("click-errors", "check").depth == 2, WAIT, "errors")
