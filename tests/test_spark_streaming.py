@@ -234,6 +234,9 @@ def test_the_readmes_pipelines(
         .option("checkpointLocation", str(tmp_path / "click-errors"))
         .start()
     )
-    total = lambda: sum(row["count"] for row in rows_of(nsq_spark, "counts"))  # noqa: E731
-    wait_until(lambda: total() == len(sent), WAIT, "every message counted")
+
+    def counted() -> bool:
+        return sum(row["count"] for row in rows_of(nsq_spark, "counts")) == len(sent)
+
+    wait_until(counted, WAIT, "every message counted")
     wait_until(lambda: nsqd.channel_stats("click-errors", "check").depth == 2, WAIT, "errors")
