@@ -236,7 +236,8 @@ def test_the_readmes_pipelines(
     )
 
     def counted() -> bool:
-        return sum(row["count"] for row in rows_of(nsq_spark, "counts")) == len(sent)
+        total: int = sum(row["count"] for row in rows_of(nsq_spark, "counts"))
+        return total == len(sent)
 
     wait_until(counted, WAIT, "every message counted")
     wait_until(lambda: nsqd.channel_stats("click-errors", "check").depth == 2, WAIT, "errors")
