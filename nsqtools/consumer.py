@@ -418,6 +418,14 @@ class Consumer:
         return flow.starved(in_flight, {link.key: link.ready for link in links})
 
     @property
+    def window(self) -> int:
+        """How many messages may be in flight at once: max_in_flight, or less when the
+        connected nsqds' max_rdy_count allow less (0 while none is connected)."""
+        links = self._live_links()
+        granted = sum(link.conn.identify.max_rdy_count for link in links if link.conn)
+        return min(self.config.max_in_flight, granted)
+
+    @property
     def msg_timeout(self) -> float | None:
         """The shortest msg_timeout the connected nsqds granted (None: none connected)."""
         links = self._live_links()

@@ -226,11 +226,16 @@ class LiveConsumer:
         return max((granted or self.settings.config.msg_timeout or 60.0) / 3, 0.1)
 
     def take(self, limit: int | None) -> list[_Taken]:
-        """Up to `limit` messages (None: all) waiting, in arrival order."""
+        """Up to `limit` messages (None: all) waiting, in arrival order, and at most half
+        the in-flight window: the next batch's messages arrive while this one waits for
+        its commit (else every other batch would be the empty one that commits it)."""
         if self.error is not None:
             raise self.error
         taken: list[_Taken] = []
         room = limit
+        window = 0 if self._consumer is None else self._consumer.window
+        if window > 1:
+            room = window // 2 if room is None else min(room, window // 2)
         with self.held.lock:
             waiting = self.held.waiting
             while waiting and (room is None or room > 0):

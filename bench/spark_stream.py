@@ -1,0 +1,229 @@
+"""Issue 15's measure: format("nsq") in Structured Streaming, beside Spark's own file
+source carrying the same messages through the same query, so that NSQ's part shows.
+
+Throughput: N messages (100-byte bodies) wait in a topic of a local nsqd (its
+--max-rdy-count raised so that RDY can cover two batches); a query reads them with
+format("nsq") at maxMessagesPerTrigger B into Spark's no-op sink, timed from the end of
+its first batch (nsqd's first FIN: the query's start is not the source's cost) until
+nsqd counts every message FIN'd (every batch committed). The file pipeline: the same N
+bodies as text files of B lines, read with maxFilesPerTrigger 1 into the same sink,
+timed from the end of its first batch until it has processed N rows. Both on one
+local[2] session, alternating, --runs rounds; medians of messages per second and their
+ratio.
+
+Latency: with a query running (foreachBatch noting when each row became visible on the
+driver), one message every 100 ms for --seconds, each carrying its publish time; for
+the file source each message is a file, written (to a hidden name, then renamed in) at
+that moment. Median and 90th percentile of visible - published.
+
+    .venv/bin/python bench/spark_stream.py [--messages N] [--batches 1000,5000,20000]
+        [--runs R] [--seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nsqtools.spark import register
+from nsqtools.spark.session import SparkSettings, start
+from nsqtools.testing import Nsqd, wait_until
+
+BODY_SIZE = 100
+TIME_LIMIT = 600.0  # one run: more is stuck, not slow
+LATENCY_INTERVAL = 0.1
+
+
+def bodies(count: int, run: int) -> list[bytes]:
+    return [f"{run:03d}:{index:012d}:".encode().ljust(BODY_SIZE, b"x") for index in range(count)]
+
+
+def finished(nsqd: Nsqd, topic: str, channel: str) -> int:
+    try:
+        stats = nsqd.channel_stats(topic, channel)
+    except KeyError:
+        return 0
+    return sum(client.finish_count for client in stats.clients)
+
+
+def nsq_throughput(spark: Any, nsqd: Nsqd, count: int, batch: int, run: int) -> float:
+    topic = f"through{run}"
+    nsqd.create_channels(topic, "bench")
+    sent = bodies(count, run)
+    for start_at in range(0, count, 5000):
+        nsqd.publish_many(topic, sent[start_at : start_at + 5000])
+    query = (
+        spark.readStream.format("nsq")
+        .option("topic", topic)
+        .option("channel", "bench")
+        .option("nsqd_tcp_addresses", nsqd.tcp_address)
+        .option("maxMessagesPerTrigger", str(batch))
+        .load()
+        .writeStream.format("noop")
+        .start()
+    )
+    try:
+        return rate(lambda: finished(nsqd, topic, "bench"), count)
+    finally:
+        query.stop()
+
+
+def rate(done: Callable[[], int], count: int) -> float:
+    """Messages per second from the first batch's end (`done` above 0) to `count` done."""
+    wait_until(lambda: done() > 0, TIME_LIMIT, "the first batch")
+    began, first = time.monotonic(), done()
+    wait_until(lambda: done() >= count, TIME_LIMIT, "every message")
+    return (count - first) / (time.monotonic() - began)
+
+
+def file_throughput(spark: Any, folder: Path, count: int, batch: int, run: int) -> float:
+    incoming = folder / f"through{run}"
+    incoming.mkdir()
+    sent = bodies(count, run)
+    for number, start_at in enumerate(range(0, count, batch)):
+        (incoming / f"part{number:05d}.txt").write_bytes(
+            b"\n".join(sent[start_at : start_at + batch]) + b"\n"
+        )
+    query = (
+        spark.readStream.option("maxFilesPerTrigger", "1")
+        .text(str(incoming))
+        .writeStream.format("noop")
+        .start()
+    )
+    try:
+
+        def processed() -> int:
+            rows: int = sum(progress["numInputRows"] for progress in query.recentProgress)
+            return rows
+
+        return rate(processed, count)
+    finally:
+        query.stop()
+
+
+class Visible:
+    """foreachBatch: when each row's body (its publish time) became visible."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        now = time.time()
+        for row in frame.collect():
+            published = float(bytes(row[0]).split(b" ")[0]) if row[0] else now
+            self.latencies.append(now - published)
+
+
+def latency(
+    start_query: Callable[[Visible], Any], publish: Callable[[bytes], None], seconds: float
+) -> list[float]:
+    visible = Visible()
+    query = start_query(visible)
+    try:
+        time.sleep(5.0)  # the query's first batches (its start) are not what is measured
+        sent = 0
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            publish(f"{time.time():.6f} latency".encode())
+            sent += 1
+            time.sleep(LATENCY_INTERVAL)  # the publishing pace, not a synchronisation
+        wait_until(lambda: len(visible.latencies) >= sent, TIME_LIMIT, "every row visible")
+        return visible.latencies
+    finally:
+        query.stop()
+
+
+def nsq_latency(spark: Any, nsqd: Nsqd, seconds: float) -> list[float]:
+    nsqd.create_channels("latency", "bench")
+
+    def start_query(visible: Visible) -> Any:
+        return (
+            spark.readStream.format("nsq")
+            .option("topic", "latency")
+            .option("channel", "bench")
+            .option("nsqd_tcp_addresses", nsqd.tcp_address)
+            .load()
+            .select("body")
+            .writeStream.foreachBatch(visible)
+            .start()
+        )
+
+    return latency(start_query, lambda body: nsqd.publish("latency", body), seconds)
+
+
+def file_latency(spark: Any, folder: Path, seconds: float) -> list[float]:
+    incoming = folder / "latency"
+    incoming.mkdir()
+    counter = iter(range(10**9))
+
+    def publish(body: bytes) -> None:
+        number = next(counter)
+        hidden = incoming / f".part{number}.txt"
+        hidden.write_bytes(body + b"\n")
+        hidden.rename(incoming / f"part{number:06d}.txt")
+
+    def start_query(visible: Visible) -> Any:
+        return (
+            spark.readStream.text(str(incoming))
+            .selectExpr("cast(value as binary) as body")
+            .writeStream.foreachBatch(visible)
+            .start()
+        )
+
+    return latency(start_query, publish, seconds)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--batches", default="1000,5000,20000")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    batches = [int(size) for size in args.batches.split(",")]
+    with tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as temp:
+        folder = Path(temp)
+        memory = [f"--mem-queue-size={args.messages * 2}"]  # nsqd's disk is not measured
+        memory.append(f"--max-rdy-count={2 * max(batches)}")
+        (folder / "nsqd").mkdir()
+        with Nsqd(folder / "nsqd", extra_args=memory) as nsqd:
+            spark, _ = start(SparkSettings(master="local[2]"), folder / "spark.log")
+            register(spark)
+            spark.conf.set("spark.sql.shuffle.partitions", "2")
+            run = 0
+            print(f"{args.messages:,} messages of {BODY_SIZE} bytes, local[2]; msgs/s")
+            print("batch  nsq runs                      file runs                     nsq/file")
+            for batch in batches:
+                ours, files = [], []
+                for _ in range(args.runs):
+                    run += 1
+                    ours.append(nsq_throughput(spark, nsqd, args.messages, batch, run))
+                    files.append(file_throughput(spark, folder, args.messages, batch, run))
+                ratio = statistics.median(ours) / statistics.median(files)
+                print(
+                    f"{batch:>6} {' '.join(f'{v:8,.0f}' for v in ours):<26}"
+                    f"{' '.join(f'{v:8,.0f}' for v in files):<30}{ratio:.2f}"
+                )
+            for name, values in (
+                ("nsq", nsq_latency(spark, nsqd, args.seconds)),
+                ("file", file_latency(spark, folder, args.seconds)),
+            ):
+                print(
+                    f"latency {name}: median {statistics.median(values) * 1000:,.0f} ms, "
+                    f"p90 {percentile(values, 0.9) * 1000:,.0f} ms over {len(values)} messages"
+                )
+            spark.stop()
+
+
+if __name__ == "__main__":
+    main()
