@@ -164,7 +164,7 @@ class _Held:
     waiting: deque[_Taken] = field(default_factory=deque)
     batches: dict[int, list[_Taken]] = field(default_factory=dict)
 
-    def all(self) -> list[_Taken]:
+    def everything(self) -> list[_Taken]:
         with self.lock:
             return [*self.waiting, *(taken for held in self.batches.values() for taken in held)]
 
@@ -179,6 +179,7 @@ class LiveConsumer:
         self._started = threading.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._consumer: Consumer | None = None
+        self._window = 0  # the consumer's in-flight window, as its thread last saw it
         self._thread = threading.Thread(target=self._run, name="nsq-source", daemon=True)
         self._thread.start()
         self._started.wait()
@@ -211,13 +212,14 @@ class LiveConsumer:
                 async for batch in consumer:
                     with self.held.lock:
                         self.held.waiting.append(_Taken(batch, batch.messages))
+                    self._window = consumer.window
                 nursery.cancel_scope.cancel()
 
     async def _touch_held(self) -> None:
         """TOUCH what is held, so a batch slower than msg_timeout is not redelivered."""
         while True:
             await trio.sleep(self._touch_interval())
-            for taken in self.held.all():
+            for taken in self.held.everything():
                 taken.batch.touch(taken.messages)
 
     def _touch_interval(self) -> float:
@@ -233,7 +235,7 @@ class LiveConsumer:
             raise self.error
         taken: list[_Taken] = []
         room = limit
-        window = 0 if self._consumer is None else self._consumer.window
+        window = self._window
         if window > 1:
             room = window // 2 if room is None else min(room, window // 2)
         with self.held.lock:
