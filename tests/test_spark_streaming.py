@@ -5,6 +5,9 @@ sink through a destination nsqd's restart."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -241,3 +244,46 @@ def test_the_readmes_pipelines(
 
     wait_until(counted, WAIT, "every message counted")
     wait_until(lambda: nsqd.channel_stats("click-errors", "check").depth == 2, WAIT, "errors")
+
+
+READER_SCRIPT = """
+import sys, time
+from pyspark.sql.streaming.datasource import ReadMaxRows
+from nsqtools.spark.streaming import NsqStreamReader, SourceSettings
+
+options = {"topic": sys.argv[1], "channel": "term", "nsqd_tcp_addresses": sys.argv[2],
+           "msg_timeout": "2m"}
+reader = NsqStreamReader(SourceSettings.of(options))
+start = reader.initialOffset()
+deadline = time.monotonic() + 30
+while reader.latestOffset(start, ReadMaxRows(1000)) == start:
+    assert time.monotonic() < deadline, "no message came"
+    time.sleep(0.01)  # polling the reader, as Spark does
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_sigterm_to_the_readers_worker_requeues_at_once(nsqd: Nsqd) -> None:
+    """Spark may end the reader's worker with SIGTERM and no stop(): msg_timeout is 2
+    minutes, so messages back within the wait were requeued by the worker."""
+    nsqd.create_channels(TOPIC, "term")
+    nsqd.publish_many(TOPIC, bodies(20))
+    worker = subprocess.Popen(
+        [sys.executable, "-c", READER_SCRIPT, TOPIC, nsqd.tcp_address],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == "holding\n"
+        assert nsqd.channel_stats(TOPIC, "term").in_flight_count > 0
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == -signal.SIGTERM
+    finally:
+        worker.kill()
+
+    def requeued() -> bool:
+        stats = nsqd.channel_stats(TOPIC, "term")
+        return (stats.depth, stats.in_flight_count) == (20, 0) and stats.requeue_count > 0
+
+    wait_until(requeued, 30, "every message requeued")
