@@ -15,7 +15,12 @@ from typing import Any
 
 
 def register(spark: Any) -> None:
-    """Make format("nsq") known to this SparkSession: readStream and writeStream."""
+    """Make format("nsq") known to this SparkSession: readStream and writeStream.
+
+    Also makes it the active session of the calling thread's JVM side: Spark looks a
+    Python data source up in that session when a stream writer starts, and a JVM thread
+    that py4j made afresh for this thread (after its connection was idle) has none."""
     from nsqtools.spark.streaming import NsqDataSource
 
     spark.dataSource.register(NsqDataSource)
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
