@@ -23,4 +23,6 @@ def register(spark: Any) -> None:
     from nsqtools.spark.streaming import NsqDataSource
 
     spark.dataSource.register(NsqDataSource)
-    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
+    jvm = getattr(spark, "_jvm", None)  # a Spark Connect session has none, nor the quirk
+    if jvm is not None:
+        jvm.SparkSession.setActiveSession(spark._jsparkSession)
