@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime
+import functools
 import logging
 import os
 import signal
@@ -66,6 +66,7 @@ NAME = "nsq"
 SCHEMA = (
     "id string, body binary, timestamp timestamp, attempts int, topic string, nsqd_address string"
 )
+COLUMNS = ["id", "body", "timestamp", "attempts", "topic", "nsqd_address"]
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = 1000
 # How long a stopping source may take to requeue what it holds.
 STOP_TIMEOUT = 10.0
@@ -78,7 +79,6 @@ _SINK_OPTIONS = frozenset(
 )
 # Spark's own options, which it passes to every data source too.
 _SPARKS_OPTIONS = frozenset({"checkpointlocation", "path", "queryname", "outputmode"})
-_NANOSECONDS = 1_000_000_000
 
 
 class OptionError(ValueError):
@@ -276,20 +276,40 @@ class LiveConsumer:
 
 @dataclass(frozen=True)
 class MessagesPartition(InputPartition):
-    """One micro-batch's rows, carried to the task that outputs them."""
+    """One micro-batch's messages, column by column, carried to the task that outputs
+    them as one Arrow record batch (Spark takes it as is; tuples it would convert row by
+    row: half the time of a large batch)."""
 
-    rows: list[tuple[Any, ...]]
+    ids: list[str]
+    bodies: list[bytes]
+    timestamps: list[int]  # microseconds since the epoch, as Spark keeps them
+    attempts: list[int]
+    topic: str
+    nsqd_addresses: list[str]
 
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
-        object.__setattr__(self, "rows", rows)
+    def __init__(self, topic: str, messages: list[tuple[Message, str]]) -> None:
+        set_field = functools.partial(object.__setattr__, self)
+        set_field("ids", [message_id(message) for message, _ in messages])
+        set_field("bodies", [message.body for message, _ in messages])
+        set_field("timestamps", [message.timestamp // 1000 for message, _ in messages])
+        set_field("attempts", [message.attempts for message, _ in messages])
+        set_field("topic", topic)
+        set_field("nsqd_addresses", [nsqd for _, nsqd in messages])
 
+    def record_batch(self) -> Any:
+        import pyarrow as pa
 
-def _row(message: Message, topic: str, nsqd: str) -> tuple[Any, ...]:
-    seconds, nanoseconds = divmod(message.timestamp, _NANOSECONDS)
-    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC).replace(
-        microsecond=nanoseconds // 1000
-    )
-    return (message_id(message), message.body, moment, message.attempts, topic, nsqd)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.ids, pa.string()),
+                pa.array(self.bodies, pa.binary()),
+                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+                pa.array(self.attempts, pa.int32()),
+                pa.array([self.topic] * len(self.ids), pa.string()),
+                pa.array(self.nsqd_addresses, pa.string()),
+            ],
+            names=COLUMNS,
+        )
 
 
 class NsqStreamReader(DataSourceStreamReader):
@@ -336,18 +356,17 @@ class NsqStreamReader(DataSourceStreamReader):
         held = self.live.held
         with held.lock:
             batches = [held.batches.get(n, []) for n in range(start["batch"] + 1, end["batch"] + 1)]
-        topic = self.settings.topic
-        rows = [
-            _row(message, topic, taken.batch.nsqd_address)
+        messages = [
+            (message, taken.batch.nsqd_address)
             for taken_list in batches
             for taken in taken_list
             for message in taken.messages
         ]
-        return [MessagesPartition(rows)] if rows else []
+        return [MessagesPartition(self.settings.topic, messages)] if messages else []
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, MessagesPartition)
-        return iter(partition.rows)
+        return iter([partition.record_batch()])
 
     def commit(self, end: dict[str, int]) -> None:
         held = self.live.held
