@@ -53,16 +53,17 @@ _PR_SET_PDEATHSIG = 1
 _live: set[NsqProcess] = set()
 
 
-def _death_signal_hook() -> Callable[[], None] | None:
-    """A preexec_fn that makes the child die with its parent (Linux only)."""
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child die with its parent (Linux only): with the
+    thread that started it, precisely."""
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(None, use_errno=True)  # resolved before fork, not in the child
 
-    def die_with_parent() -> None:
+    def set_death_signal() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
-    return die_with_parent
+    return set_death_signal
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -144,7 +145,7 @@ class NsqProcess(StartsAndStops):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
-                preexec_fn=_death_signal_hook(),
+                preexec_fn=die_with_parent(),
             )
         _live.add(self)
         try:

@@ -1,12 +1,15 @@
 """A TCP proxy on loopback for fault tests: a slow link, a frozen link, a cut link.
 
 LinkProxy listens on 127.0.0.1 and forwards each connection to a target address,
-with an optional rate limit for each direction (bytes per second). Its receive buffers
-are kept small, so a throttled direction pushes back on the sender as a slow network
-does, instead of the kernel soaking up megabytes. pause() stops forwarding without
-closing anything (a link that went silent), resume() carries on, and cut() resets every
-connection it carries (a link that broke). Threads, not trio: the proxy must keep
-working while the test's own event loop is busy or blocked.
+with an optional rate limit for each direction (bytes per second), read again for every
+piece forwarded, so a link can be slowed and sped up while it carries connections. Its
+receive buffers are kept small, so a throttled direction pushes back on the sender as a
+slow network does, instead of the kernel soaking up megabytes. pause() stops forwarding
+without closing anything (a link that went silent), resume() carries on, and cut() resets
+every connection it carries (a link that broke). An observer, if given, sees every piece
+forwarded and every end of a direction (the fault harness's tap reads NSQ's protocol
+from it). Threads, not trio: the proxy must keep working while the test's own event loop
+is busy or blocked.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ BUFFER_SIZE = 64 * 1024
 # Pacing granularity: a throttled pump forwards about this many pieces a second.
 PIECES_PER_SECOND = 50
 
+# Told of each piece forwarded: (connection number, upstream?, the bytes); the bytes are
+# empty once that direction of the connection has ended. Called from the pump threads.
+Observer = Callable[[int, bool, bytes], None]
+
 
 class LinkProxy(StartsAndStops):
     """Forwards 127.0.0.1:<port> to `target` ("host:port"), optionally throttled."""
@@ -35,12 +42,15 @@ class LinkProxy(StartsAndStops):
         *,
         upstream_rate: float | None = None,
         downstream_rate: float | None = None,
+        observer: Observer | None = None,
     ) -> None:
         host, _, port = target.rpartition(":")
         self.target = (host.strip("[]"), int(port))
         self.upstream_rate = upstream_rate  # client → target, bytes/s (None: unlimited)
         self.downstream_rate = downstream_rate  # target → client
         self.forwarded_up = 0  # bytes client → target so far
+        self.observer = observer
+        self._connections = 0  # accepted so far: each one's number
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER_SIZE)
         self._running = threading.Event()  # cleared while paused
@@ -109,30 +119,42 @@ class LinkProxy(StartsAndStops):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER_SIZE)
             with self._lock:
                 self._sockets |= {client, server}
-            self._spawn(self._pump, client, server, self.upstream_rate, True)
-            self._spawn(self._pump, server, client, self.downstream_rate, False)
+                number = self._connections
+                self._connections += 1
+            self._spawn(self._pump, client, server, number, True)
+            self._spawn(self._pump, server, client, number, False)
+
+    def _rate(self, upstream: bool) -> float | None:
+        return self.upstream_rate if upstream else self.downstream_rate
 
     def _pump(
-        self, source: socket.socket, sink: socket.socket, rate: float | None, upstream: bool
+        self, source: socket.socket, sink: socket.socket, number: int, upstream: bool
     ) -> None:
-        piece = BUFFER_SIZE if rate is None else max(1, int(rate / PIECES_PER_SECOND))
         due = time.monotonic()
         try:
             while True:
                 self._running.wait()
+                rate = self._rate(upstream)
+                piece = BUFFER_SIZE if rate is None else max(1, int(rate / PIECES_PER_SECOND))
                 data = source.recv(piece)
                 if not data:
                     break
                 self._running.wait()
                 sink.sendall(data)
+                if self.observer is not None:
+                    self.observer(number, upstream, data)
                 if upstream:
                     self.forwarded_up += len(data)
                 if rate is not None:
                     due = max(due, time.monotonic() - 1) + len(data) / rate
                     time.sleep(max(0.0, due - time.monotonic()))  # pacing, not syncing
+                else:
+                    due = time.monotonic()
         except OSError:
             pass
         finally:
+            if self.observer is not None:
+                self.observer(number, upstream, b"")
             for sock in (source, sink):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)

@@ -4,7 +4,8 @@ of every tool that sends HTTP requests (nsq_to_http and its client).
 Raw sockets, one thread per connection, so that it can do what a well-behaved server
 never does: each request is recorded byte for byte (Received: the head and the body as
 they arrived, and which connection carried it), then answered as the next scripted
-Answer says (in order of arrival; when none is left, `default`): any status and
+Answer says (in order of arrival; when none is left, `default`, which may be changed
+at any time; the requests answered 2xx are kept apart in `accepted`): any status and
 headers (a 429 with Retry-After), a held answer (past a client's timeout, until
 released or the server stops), a reset instead of an answer, a Content-Length that
 does not match the body, bytes that are no HTTP, or closing the connection after
@@ -95,6 +96,7 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     answers: list[Answer] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
+    accepted: list[Received] = field(default_factory=list)  # answered with a 2xx status
     sockets: list[socket.socket] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -119,6 +121,12 @@ class WebServer(StartsAndStops):
     def received(self) -> list[Received]:
         with self._state.lock:
             return list(self._state.received)
+
+    @property
+    def accepted(self) -> list[Received]:
+        """The requests answered with a 2xx status, so far."""
+        with self._state.lock:
+            return list(self._state.accepted)
 
     @property
     def connections(self) -> int:
@@ -191,7 +199,10 @@ class WebServer(StartsAndStops):
     def _record(self, request: Received) -> Answer:
         with self._state.lock:
             self._state.received.append(request)
-            return self._state.answers.pop(0) if self._state.answers else self.default
+            answer = self._state.answers.pop(0) if self._state.answers else self.default
+            if 200 <= answer.status < 300 and not (answer.reset or answer.raw):
+                self._state.accepted.append(request)
+            return answer
 
     def _answer(self, connection: socket.socket, answer: Answer) -> bool:
         """Answer; False when the connection is closed, or to be."""

@@ -1,0 +1,153 @@
+"""The tool under test, run again and again: each start is a Run, with the signals it was
+sent and how it ended.
+
+Every run is the leader of its own process group, so a doubled signal can be sent the
+way GNU `timeout` sends it: to the process, then to its group. Runs die with the thread
+that started them (as nsqd does in the harness): start them from the test's own thread.
+Each run's stdout and stderr go to files of their own, read once it has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsqtools.testing.cluster import die_with_parent, wait_until
+
+EXIT_WAIT = 30.0
+
+
+@dataclass
+class Run:
+    number: int
+    process: subprocess.Popen[bytes]
+    started: float  # time.monotonic()
+    stdout: Path
+    stderr_path: Path
+    sent: list[str] = field(default_factory=list)  # "SIGTERM", "SIGINT twice", "SIGKILL"
+    ended: float | None = None
+    exit_code: int | None = None
+    stderr: str = ""
+    overdue: bool = False  # it did not end within EXIT_WAIT of its stop signal: killed
+    kept: int = 0  # messages it kept rather than delivered (dead letters, failed records)
+
+    @property
+    def stop_signals(self) -> list[str]:
+        return [sent for sent in self.sent if sent != "SIGKILL"]
+
+    @property
+    def killed(self) -> bool:
+        return "SIGKILL" in self.sent
+
+    def describe(self) -> str:
+        sent = ", ".join(self.sent) or "no signal"
+        last = self.stderr.strip().splitlines()[-1:] or [""]
+        overdue = " (overdue: killed)" if self.overdue else ""
+        return f"run {self.number}: {sent} → exit {self.exit_code}{overdue}; {last[0][:160]}"
+
+
+class ToolRuns:
+    """Starts runs of one command line (argv_for(number) → argv) in `directory`."""
+
+    def __init__(
+        self,
+        argv_for: Callable[[int], list[str]],
+        directory: Path,
+        stdin_for: Callable[[int], int | None] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.argv_for = argv_for
+        self.directory = directory
+        self.stdin_for = stdin_for
+        self.env = env
+        self.runs: list[Run] = []
+        directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def current(self) -> Run | None:
+        """The last run if it is still running."""
+        if self.runs and self.runs[-1].exit_code is None:
+            return self.runs[-1]
+        return None
+
+    def start(self) -> Run:
+        number = len(self.runs)
+        stdout = self.directory / f"run{number}.out"
+        stderr = self.directory / f"run{number}.err"
+        stdin = self.stdin_for(number) if self.stdin_for is not None else subprocess.DEVNULL
+        with stdout.open("wb") as out, stderr.open("wb") as err:
+            process = subprocess.Popen(
+                self.argv_for(number),
+                stdin=stdin,
+                stdout=out,
+                stderr=err,
+                cwd=self.directory,
+                env=self.env,
+                process_group=0,
+                preexec_fn=die_with_parent(),
+            )
+        run = Run(number, process, time.monotonic(), stdout, stderr)
+        self.runs.append(run)
+        return run
+
+    def send(self, signame: str, *, doubled: bool = False) -> None:
+        """A stop signal to the current run; doubled: then to its process group too."""
+        run = self.current
+        if run is None:
+            return
+        signum = signal.Signals[signame]
+        try:
+            os.kill(run.process.pid, signum)
+            if doubled:
+                os.killpg(run.process.pid, signum)
+        except ProcessLookupError:
+            return  # it ended meanwhile
+        run.sent.append(f"{signame} twice" if doubled else signame)
+
+    def kill(self) -> None:
+        run = self.current
+        if run is None:
+            return
+        run.sent.append("SIGKILL")
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.killpg(run.process.pid, signal.SIGKILL)
+
+    def poll(self) -> Run | None:
+        """The current run, once it has ended (and is recorded as such); else None."""
+        run = self.current
+        if run is None or run.process.poll() is None:
+            return None
+        return self._ended(run)
+
+    def _ended(self, run: Run) -> Run:
+        run.ended = time.monotonic()
+        run.exit_code = run.process.returncode
+        run.stderr = run.stderr_path.read_text(errors="replace")
+        return run
+
+    def wait(self, timeout: float = EXIT_WAIT) -> Run | None:
+        """Wait for the current run to end (killing it after `timeout`); the run, if any."""
+        run = self.current
+        if run is None:
+            return None
+        try:
+            wait_until(lambda: run.process.poll() is not None, timeout, f"run {run.number} to end")
+        except TimeoutError:
+            run.overdue = True
+            run.process.kill()
+            run.process.wait()
+        return self._ended(run)
+
+    def stop(self) -> None:
+        """Kill whatever still runs (the harness's own teardown)."""
+        run = self.current
+        if run is not None:
+            run.process.kill()
+            run.process.wait()
+            self._ended(run)

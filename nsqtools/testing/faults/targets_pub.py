@@ -1,0 +1,200 @@
+"""to_nsq as the fault harness drives it: numbered records fed to its stdin while faults
+strike the nsqd it publishes to (through the tap) and the tool itself.
+
+Each run reads a pipe of its own, fed as the records fall due. When a run ends, what it
+took from the pipe is known exactly (the bytes left in it are read back): a run that
+stopped on a signal or failed must have published, or kept in its --failed-file, every
+record it took whole; a record it took only in part is fed again to the next run, as are
+all of a SIGKILLed run's (a killed process keeps nothing: a user runs the job again).
+Once the faults are over, the running tool is stopped with SIGTERM and a last run reads
+the records left from a file to its end, then exits by itself. The output is the
+destination topic, read once everything is done.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from nsqtools.testing.binaries import find_binary, our_tool
+from nsqtools.testing.faults.harness import FINISH_DEADLINE, TOPIC, Harness, Target
+from nsqtools.testing.faults.runs import Run
+from nsqtools.testing.faults.schedule import Fault, FaultKind
+from nsqtools.testing.faults.targets import FEED_BATCH, FEED_SHARE, MESSAGES, drain, numbered
+
+DELIMITER = b"\n"
+FEED_WAIT = 0.005  # a full pipe: try again this soon
+
+
+@dataclass
+class _Pipe:
+    """One run's stdin: the records from `first` on, written as they fall due."""
+
+    first: int  # index of the first record fed into it
+    read_end: int
+    write_end: int
+    written: int = 0  # whole records written so far
+    pending: bytes = b""  # the rest of a record the pipe would not take yet
+
+    def taken_whole(self, record_size: int) -> tuple[int, bool]:
+        """How many records the run took whole, and whether it took one in part."""
+        left = len(self.pending)
+        while True:
+            try:
+                left += len(os.read(self.read_end, 1 << 16))
+            except BlockingIOError:
+                break
+        taken = (self.written * record_size) - left
+        return taken // record_size, taken % record_size != 0
+
+    def close(self) -> None:
+        for fd in (self.read_end, self.write_end):
+            os.close(fd)
+
+
+class PublishTarget(Target):
+    name = "to_nsq"
+    go_program = "to_nsq"
+    consumes = False
+    kinds = (
+        FaultKind.NSQD_KILL,
+        FaultKind.NSQD_FREEZE,
+        FaultKind.SLOW_LINK,
+        FaultKind.LINK_CUT,
+        FaultKind.DESTINATION_DOWN,
+        FaultKind.TOOL_KILL,
+        FaultKind.TOOL_STOP,
+    )
+
+    def __init__(self, messages: int = MESSAGES, rate: int = 0) -> None:
+        self.rate = rate  # --rate: records a second (0: as fast as nsqd takes them)
+        if rate:
+            self.name = f"to_nsq --rate={rate}"
+        self.records = numbered(messages, "r")
+        self.record_size = len(self.records[0]) + len(DELIMITER)
+        self.cursor = 0  # the first record no run has taken for good
+        self.pipe: _Pipe | None = None  # the running run's
+        self.last_run = False  # the faults are over: the next run reads the rest
+        self._lock = threading.Lock()
+        self._fed = threading.Event()
+        self._started = 0.0
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        common = [f"--nsqd-tcp-address={self.world.address}", f"--topic={TOPIC}"]
+        if self.rate:
+            common.append(f"--rate={self.rate}")
+        if implementation == "go":
+            return [str(find_binary("to_nsq")), *common]
+        return [*our_tool("to_nsq"), *common, f"--failed-file={self._failed_file(run)}"]
+
+    def _failed_file(self, run: int) -> Path:
+        return self.directory / f"failed-{run}.txt"
+
+    # -- records in --------------------------------------------------------------------
+
+    def stdin_for(self, run: int) -> int | None:
+        with self._lock:
+            if self.last_run:
+                rest = self.directory / "rest.txt"
+                rest.write_bytes(
+                    b"".join(record + DELIMITER for record in self.records[self.cursor :])
+                )
+                return os.open(rest, os.O_RDONLY)
+            read_end, write_end = os.pipe()
+            os.set_blocking(read_end, False)
+            os.set_blocking(write_end, False)
+            self.pipe = _Pipe(self.cursor, read_end, write_end)
+            return read_end
+
+    def start_feeding(self, started: float) -> None:
+        self._started = started
+        threading.Thread(target=self._feed, daemon=True).start()
+
+    def _due(self) -> int:
+        """How many records have fallen due by now."""
+        share = (time.monotonic() - self._started) / (self.schedule.span * FEED_SHARE)
+        batches = int(share * len(self.records) / FEED_BATCH) + 1
+        return min(len(self.records), batches * FEED_BATCH)
+
+    def _feed(self) -> None:
+        while not self._fed.is_set():
+            with self._lock:
+                if self.pipe is not None:
+                    self._write_due(self.pipe)
+                if self.last_run or (self._due() == len(self.records) and self._all_written()):
+                    self._fed.set()
+            time.sleep(FEED_WAIT)  # the feed's pace: records fall due over time
+
+    def _all_written(self) -> bool:
+        pipe = self.pipe
+        return pipe is not None and pipe.first + pipe.written == len(self.records)
+
+    def _write_due(self, pipe: _Pipe) -> None:
+        while True:
+            if not pipe.pending:
+                index = pipe.first + pipe.written
+                if index >= self._due():
+                    return
+                pipe.pending = self.records[index] + DELIMITER
+                pipe.written += 1
+            try:
+                sent = os.write(pipe.write_end, pipe.pending)
+            except BlockingIOError:
+                return
+            pipe.pending = pipe.pending[sent:]
+
+    def feeding_done(self) -> bool:
+        return self._fed.is_set()
+
+    def run_ended(self, run: Run) -> None:
+        """What the run took: kept by it (published or failed), or fed again."""
+        run.kept = len(self._failed_records(run.number))
+        with self._lock:
+            pipe, self.pipe = self.pipe, None
+            if pipe is None:
+                return
+            whole, _in_part = pipe.taken_whole(self.record_size)
+            if not run.killed:
+                self.cursor = pipe.first + whole
+            pipe.close()
+
+    # -- the end -----------------------------------------------------------------------
+
+    def finish(self, harness: Harness) -> None:
+        """Stop the running tool; a last run reads the records left to their end."""
+        harness.stop_tool()
+        with self._lock:
+            self.last_run = True
+        harness.last_run()
+        harness.supervise_until(
+            lambda: harness.runs.current is None, FINISH_DEADLINE, "the last run to end"
+        )
+
+    def break_fault(self, fault: Fault) -> None:
+        if fault.kind is FaultKind.DESTINATION_DOWN:
+            self.world.nsqd.stop()
+
+    def mend_fault(self, fault: Fault) -> None:
+        if fault.kind is FaultKind.DESTINATION_DOWN:
+            self.world.nsqd.start()
+
+    @property
+    def published(self) -> set[bytes]:
+        return set(self.records)
+
+    def output(self) -> Counter[bytes]:
+        return drain(self.world.nsqd, TOPIC)
+
+    def kept(self) -> Counter[bytes]:
+        kept: Counter[bytes] = Counter()
+        for path in self.directory.glob("failed-*.txt"):
+            kept.update(self._failed_records(int(path.stem.split("-")[1])))
+        return kept
+
+    def _failed_records(self, run: int) -> list[bytes]:
+        path = self._failed_file(run)
+        return path.read_bytes().split(DELIMITER)[:-1] if path.exists() else []

@@ -1,0 +1,186 @@
+"""The fault harness itself: schedules replay from their seed, the tap reads NSQ's
+protocol in any slicing, the tally tells nsqd's losses from a tool's and lying exit
+statuses from true ones, and a tool that FINs without writing is caught."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nsqtools.testing.binaries import PACKAGE_ROOT
+from nsqtools.testing.faults import FaultKind, Harness, Schedule, TailTarget
+from nsqtools.testing.faults.harness import CHANNEL, TOPIC
+from nsqtools.testing.faults.runs import Run
+from nsqtools.testing.faults.tally import Tally
+from nsqtools.testing.faults.tap import MAGIC, Ledger, _Connection
+
+ALL_KINDS = tuple(FaultKind)
+
+
+def test_a_seed_replays_its_schedule_and_faults_never_overlap() -> None:
+    first = Schedule.random(7, ALL_KINDS, 10.0, 5)
+    assert first == Schedule.random(7, ALL_KINDS, 10.0, 5)
+    assert first != Schedule.random(8, ALL_KINDS, 10.0, 5)
+    for seed in range(200):
+        faults = Schedule.random(seed, ALL_KINDS, 8.0, 4).faults
+        assert all(fault.at > 0 and fault.ends < 8.0 for fault in faults)
+        assert all(one.ends < two.at for one, two in itertools.pairwise(faults))
+        stops = [fault for fault in faults if fault.kind is FaultKind.TOOL_STOP]
+        assert all(fault.signal in ("SIGINT", "SIGTERM") for fault in stops)
+        assert all(0 <= fault.early_delay <= 0.1 for fault in stops)
+
+
+def _frame(kind: int, data: bytes) -> bytes:
+    return struct.pack(">II", len(data) + 4, kind) + data
+
+
+def _message(message_id: bytes, body: bytes) -> bytes:
+    return _frame(2, struct.pack(">QH", 1, 1) + message_id + body)
+
+
+COMMANDS = (
+    MAGIC
+    + b"IDENTIFY\n"
+    + struct.pack(">I", 9)
+    + b'{"a":"\n"}'
+    + b"SUB faults harness\nRDY 10\nFIN 0000000000000001\nREQ 0000000000000002 100\n"
+)
+# A publish whose body holds what looks like a command: the tap must skip it whole.
+PUBLISH = b"MPUB faults\n" + struct.pack(">I", 12) + b"\x00\x00\x00\x01\x00\x00\x00\x04FIN "
+FRAMES = (
+    _frame(0, b'{"max_rdy_count":2500}')
+    + _frame(0, b"OK")
+    + _message(b"0000000000000001", b"m-1")
+    + _message(b"0000000000000002", b"m-2")
+    + _frame(0, b"_heartbeat_")
+)
+PUBLISH_ANSWER = _frame(0, b"OK")
+
+
+@given(st.lists(st.integers(1, len(FRAMES)), max_size=8))
+def test_the_tap_reads_the_protocol_however_the_bytes_are_cut(cuts: list[int]) -> None:
+    ledger = Ledger()
+    connection = _Connection(ledger)
+    for data, direction in (
+        (COMMANDS, connection.upstream),
+        (FRAMES, connection.downstream),
+        (PUBLISH, connection.upstream),
+        (PUBLISH_ANSWER, connection.downstream),
+    ):
+        for piece in _pieces(data, sorted(cuts)):
+            direction(piece)
+    # m-1 FIN'd: the FIN came first, but it names an id only a delivery maps to a body.
+    assert ledger.deliveries == Counter({b"m-1": 1, b"m-2": 1})
+    assert ledger.unfinished == {b"0000000000000001", b"0000000000000002"}
+    assert len(ledger.progress) == 2  # the FIN, and the MPUB's OK
+    ledger.fin(b"0000000000000001")
+    assert set(ledger.finished) == {b"m-1"}
+    ledger.nsqd_killed()
+    assert ledger.at_risk == {b"m-2"} and not ledger.unfinished
+
+
+def _pieces(data: bytes, cuts: list[int]) -> list[bytes]:
+    edges = [0, *(cut for cut in cuts if cut < len(data)), len(data)]
+    return [data[start:end] for start, end in itertools.pairwise(edges)]
+
+
+def _run(sent: list[str], exit_code: int, stderr: str = "", kept: int = 0) -> Run:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    run = Run(0, process, 0.0, Path("out"), Path("err"), sent=sent, exit_code=exit_code)
+    run.stderr, run.kept = stderr, kept
+    return run
+
+
+def _tally(**changes: object) -> Tally:
+    published = {b"m-1", b"m-2", b"m-3", b"m-4"}
+    fields: dict[str, object] = {
+        "tool": "nsq_tail",
+        "implementation": "ours",
+        "schedule": Schedule(1, 1.0, ()),
+        "published": published,
+        "output": Counter(published),
+        "kept": Counter(),
+        "finished": set(published),
+        "at_risk": set(),
+        "seen": set(published),
+        "nsqd_killed": False,
+        "runs": [],
+        "recoveries": [],
+    }
+    fields.update(changes)
+    return Tally(**fields)  # type: ignore[arg-type]
+
+
+def test_the_tally_tells_nsqds_losses_from_the_tools() -> None:
+    tally = _tally(
+        output=Counter({b"m-1": 2, b"m-5": 1}),
+        kept=Counter({b"m-2": 1}),
+        at_risk={b"m-3"},
+        seen={b"m-1", b"m-2", b"m-3"},
+        nsqd_killed=True,
+    )
+    # m-3 was in nsqd's memory when it was killed; m-4 never reached the tool.
+    assert tally.lost_by_nsqd == {b"m-3", b"m-4"}
+    assert not tally.lost
+    assert tally.duplicates == 1 and tally.garbage == {b"m-5"}
+    # Without a kill, nsqd loses nothing: the same bodies missing are the tool's.
+    assert _tally(output=Counter({b"m-1": 1}), nsqd_killed=False).lost == {b"m-2", b"m-3", b"m-4"}
+
+
+def test_the_tally_says_which_exit_statuses_lie() -> None:
+    error = "nsq_to_file: error: no space left on device\n"
+    truthful = [
+        _run(["SIGTERM"], 0),
+        _run(["SIGINT twice"], 0),
+        _run(["SIGKILL"], -9),
+        _run([], 1, error),
+        _run(["SIGTERM"], 1, error, kept=3),
+    ]
+    lying = [
+        _run(["SIGINT twice"], 130),
+        _run(["SIGTERM"], -15),
+        _run(["SIGTERM"], 0, kept=2),
+        _run([], 1),
+        _run(["SIGTERM"], 0, "Traceback (most recent call last):\n"),
+    ]
+    assert not _tally(runs=truthful).run_problems()
+    assert len(_tally(runs=lying).run_problems()) == len(lying)
+
+
+class _FinsWithoutWriting(TailTarget):
+    """A consumer that FINs every message and outputs nothing: what the harness is for."""
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        code = (
+            f"import sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r})\n"
+            "import trio\n"
+            "from nsqtools.config import ClientConfig\n"
+            "from nsqtools.consumer import open_consumer\n"
+            "async def main():\n"
+            f"    async with open_consumer({TOPIC!r}, {CHANNEL!r}, ClientConfig(),"
+            f" nsqd_tcp_addresses=[{self.world.address!r}]) as consumer:\n"
+            "        async for batch in consumer:\n"
+            "            batch.finish()\n"
+            "trio.run(main)\n"
+        )
+        return [sys.executable, "-c", code]
+
+
+def test_the_harness_catches_a_tool_that_fins_without_writing(tmp_path: Path) -> None:
+    target = _FinsWithoutWriting(messages=50)
+    tally = Harness(target, Schedule(0, 2.0, ()), tmp_path).run()
+    assert tally.lost == tally.fin_unwritten == target.published
+    try:
+        tally.check()
+    except AssertionError as failure:
+        assert "LOST 50" in str(failure)
+    else:
+        raise AssertionError("the harness let a tool lose every message")
