@@ -1,6 +1,6 @@
 """Every tool under a short random schedule of faults, held to one invariant
 (nsqtools.testing.faults): every message published is delivered at least once or kept
-and named, nothing is FIN'd unwritten, nothing comes out that went not in, and every
+and named, nothing is FIN'd unwritten, nothing comes out that was never put in, and every
 run's exit status tells the truth.
 
 Each test prints its seed and its schedule; `NSQTOOLS_FAULT_SEED=<seed> pytest
@@ -16,16 +16,23 @@ import pytest
 
 from nsqtools.testing.faults import TARGETS, FaultKind, Harness, Schedule, seed_to_use
 from nsqtools.testing.faults.catalog import RATE
+from nsqtools.testing.faults.targets_spark import ReplayTarget, StreamSinkTarget, StreamSourceTarget
 
 SPAN = 8.0  # seconds of faults
 FAULTS = 4
 MESSAGES = 400
+# A Spark application takes seconds to start and a few per micro-batch: fewer faults,
+# further apart.
+SPARK_SPAN = 20.0
+SPARK_FAULTS = 2
+SPARK = (StreamSourceTarget.name, StreamSinkTarget.name, ReplayTarget.name)
 
 
 @pytest.mark.parametrize("name", TARGETS)
 def test_nothing_is_lost_under_a_short_random_schedule(name: str, tmp_path: Path) -> None:
     target = TARGETS[name](MESSAGES)
-    schedule = Schedule.random(seed_to_use(), target.kinds, SPAN, FAULTS)
+    span, faults = (SPARK_SPAN, SPARK_FAULTS) if name in SPARK else (SPAN, FAULTS)
+    schedule = Schedule.random(seed_to_use(), target.kinds, span, faults)
     print(schedule.describe())
     tally = Harness(target, schedule, tmp_path).run()
     print(tally.report())

@@ -13,6 +13,7 @@ from nsqtools.testing.faults.targets import (
     ToFileTarget,
 )
 from nsqtools.testing.faults.targets_pub import PublishTarget
+from nsqtools.testing.faults.targets_spark import ReplayTarget, StreamSinkTarget, StreamSourceTarget
 
 # to_nsq --rate: slower than the records come, so that records wait in the limiter.
 RATE = 40
@@ -26,4 +27,7 @@ TARGETS: dict[str, Callable[[int], Target]] = {
     "nsq_to_http": RelayHttpTarget,
     "to_nsq": PublishTarget,
     f"to_nsq --rate={RATE}": lambda messages: PublishTarget(messages, rate=RATE),
+    StreamSourceTarget.name: StreamSourceTarget,
+    StreamSinkTarget.name: StreamSinkTarget,
+    ReplayTarget.name: ReplayTarget,
 }

@@ -105,6 +105,8 @@ class Target:
     # It consumes nsqd's messages (a SIGKILLed nsqd may then lose those it held in
     # memory); a publisher's acknowledged messages are on nsqd's disk.
     consumes = True
+    # Its exit statuses are held to the invariant (not so a stand-in application's).
+    exits_judged = True
     world: World
     directory: Path
     schedule: Schedule
@@ -336,6 +338,7 @@ class Harness:
             damaged=self.target.damaged(),
             ambiguous_publishes=self.target.ambiguous_publishes,
             finish_seconds=self.finish_seconds,
+            exits_judged=self.target.exits_judged,
             notes=self.notes,
         )
 

@@ -80,7 +80,7 @@ class ConsumingTarget(Target):
 
     def __init__(self, messages: int = MESSAGES) -> None:
         self.bodies = numbered(messages)
-        self.go_program = self.program
+        self.go_program = self.program or None
         self._fed = threading.Event()
         self._retries = 0
         self._feeder: threading.Thread | None = None

@@ -1,0 +1,164 @@
+"""The Spark parts as the fault harness drives them: format("nsq")'s source and sink,
+each in a user's streaming application (spark_driver.py, a process with its own local[2]
+Spark and a checkpoint that carries the query over restarts), and `nsq archive replay`.
+
+The source reads the World's topic like any consuming tool; its output is what the
+application's foreachBatch appended to a file. The sink's input is text files dropped
+into a folder as the records fall due; its output, and replay's, is the World's topic,
+read once everything is done. The application is the harness's, not a tool of ours: its
+exit statuses are not judged (a signal to its process group ends Spark's JVM under it),
+only what became of every message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from nsqtools.testing.binaries import PACKAGE_ROOT, our_tool
+from nsqtools.testing.faults.harness import CHANNEL, FINISH_DEADLINE, TOPIC, Harness, Target, World
+from nsqtools.testing.faults.schedule import Fault, FaultKind, Schedule
+from nsqtools.testing.faults.targets import (
+    FEED_BATCH,
+    FEED_SHARE,
+    MESSAGES,
+    NSQD_FAULTS,
+    ConsumingTarget,
+    drain,
+    numbered,
+)
+
+# Faults of a publisher: to the nsqd it publishes to (through the tap), and to itself.
+PUBLISHER_FAULTS = (*NSQD_FAULTS, FaultKind.DESTINATION_DOWN)
+REPLAY_RATE = 60  # messages a second: a replay lasts a few seconds, under faults
+
+
+def driver(*args: str) -> list[str]:
+    """The command line of the harness's streaming application."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
+        "from nsqtools.testing.faults.spark_driver import main; main()"
+    )
+    return [sys.executable, "-c", code, *args]
+
+
+class StreamSourceTarget(ConsumingTarget):
+    name = 'format("nsq") source'
+    kinds = NSQD_FAULTS
+    dead_letters = False
+    exits_judged = False
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        checkpoint = self.directory / "checkpoint"
+        return driver("source", self.world.address, TOPIC, CHANNEL, str(checkpoint), str(self.out))
+
+    @property
+    def out(self) -> Path:
+        return self.directory / "batches.txt"
+
+    def output(self) -> Counter[bytes]:
+        return Counter(self.out.read_bytes().splitlines() if self.out.exists() else [])
+
+
+class _PublisherTarget(Target):
+    """What the sink and replay share: they publish to the World's nsqd, which the
+    publisher faults strike; the output is its topic, read at the end."""
+
+    consumes = False
+    kinds = PUBLISHER_FAULTS
+
+    def __init__(self, messages: int = MESSAGES) -> None:
+        self.records = numbered(messages, "r")
+        self.last = False  # the faults are over: the next run is the last
+        self._fed = threading.Event()
+
+    def finish(self, harness: Harness) -> None:
+        """Stop the running tool; a last one does what is left and ends by itself."""
+        harness.stop_tool()
+        self.last = True
+        harness.last_run()
+        harness.supervise_until(
+            lambda: harness.runs.current is None, FINISH_DEADLINE, "the last run to end"
+        )
+
+    def break_fault(self, fault: Fault) -> None:
+        if fault.kind is FaultKind.DESTINATION_DOWN:
+            self.world.nsqd.stop()
+
+    def mend_fault(self, fault: Fault) -> None:
+        if fault.kind is FaultKind.DESTINATION_DOWN:
+            self.world.nsqd.start()
+
+    def feeding_done(self) -> bool:
+        return self._fed.is_set()
+
+    @property
+    def published(self) -> set[bytes]:
+        return set(self.records)
+
+    def output(self) -> Counter[bytes]:
+        return drain(self.world.nsqd, TOPIC)
+
+
+class StreamSinkTarget(_PublisherTarget):
+    name = 'format("nsq") sink'
+    exits_judged = False
+
+    def prepare(self, world: World, directory: Path, schedule: Schedule) -> None:
+        super().prepare(world, directory, schedule)
+        self.input.mkdir()
+
+    @property
+    def input(self) -> Path:
+        return self.directory / "input"
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        checkpoint = str(self.directory / "checkpoint")
+        last = ["--available-now"] if self.last else []
+        return driver("sink", str(self.input), self.world.address, TOPIC, checkpoint, *last)
+
+    def start_feeding(self, started: float) -> None:
+        threading.Thread(target=self._feed, args=(started,), daemon=True).start()
+
+    def _feed(self, started: float) -> None:
+        """A file of FEED_BATCH records at a time, each complete before Spark sees it."""
+        files = range(0, len(self.records), FEED_BATCH)
+        spacing = self.schedule.span * FEED_SHARE / len(files)
+        for number, start in enumerate(files):
+            time.sleep(max(0.0, started + number * spacing - time.monotonic()))  # pacing
+            draft = self.directory / f"draft-{number:05d}"
+            draft.write_bytes(b"".join(r + b"\n" for r in self.records[start : start + FEED_BATCH]))
+            os.rename(draft, self.input / f"part-{number:05d}.txt")
+        self._fed.set()
+
+
+class ReplayTarget(_PublisherTarget):
+    """`nsq archive replay` of one archive holding every record, at REPLAY_RATE, run again
+    each time a run ends (a job run again and again: duplicates, nothing lost)."""
+
+    name = "nsq archive replay"
+
+    def prepare(self, world: World, directory: Path, schedule: Schedule) -> None:
+        super().prepare(world, directory, schedule)
+        archive = directory / "archive"
+        archive.mkdir()
+        lines = b"".join(record + b"\n" for record in self.records)
+        (archive / f"{TOPIC}.host-000000.2026-11-26_10.log").write_bytes(lines)
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        return [
+            *our_tool("nsq"),
+            "archive",
+            "replay",
+            str(self.directory / "archive"),
+            f"--topic={TOPIC}",
+            f"--nsqd-tcp-address={self.world.address}",
+            f"--rate={REPLAY_RATE}",
+        ]
+
+    def start_feeding(self, started: float) -> None:
+        self._fed.set()  # the archive is there from the start
