@@ -10,11 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
+from nsqtools.testing import Nsqd, TlsFiles, find_binary, our_tool, wait_until
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from tests.conftest import AUTH_SECRETS, Cluster, LocalNsq
 
@@ -433,3 +434,32 @@ def test_log_prefix_and_level(nsqd: Nsqd) -> None:
     assert logged.decode().splitlines()[0].startswith("[mine] ")
     assert " INFO: " in logged.decode()
     assert nsq_tail(*base, "--channel=b", "--log-level=warn").stderr == b""
+
+
+@pytest.mark.parametrize("through", ["lookupd", "nsqds"])
+def test_n_across_two_nsqds_ends_without_waiting_for_a_redistribution(
+    cluster2: Cluster, through: str
+) -> None:
+    """-n as many as the two nsqds hold: every connection keeps RDY while messages are
+    still wanted, so the last ones come at once, not after low_rdy_idle_timeout (set to a
+    minute here, as low_rdy_timeout: a redistribution cannot be what ends the run)."""
+    cluster2.publish_many(TOPIC, lambda nsqd: [f"{nsqd.name}-{i}".encode() for i in range(7)])
+    if through == "lookupd":
+        addresses = [f"--lookupd-http-address={cluster2.lookupd.http_address}"]
+    else:
+        addresses = [f"--nsqd-tcp-address={nsqd.tcp_address}" for nsqd in cluster2.nsqds]
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            *our_tool("nsq_tail"), *addresses, f"--topic={TOPIC}", "--channel=spread",
+            "-n", "14", "--consumer-opt=low_rdy_idle_timeout,1m",
+            "--consumer-opt=low_rdy_timeout,1m", "--consumer-opt=rdy_redistribute_interval,5s",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 14
+    assert took < 20, f"{took:.1f}s: the last message waited for a redistribution"
