@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -681,3 +682,28 @@ def test_a_reconnect_keeps_the_rate_up(
     assert len(archived) - len(set(archived)) <= held  # at most those held, given again
     assert_in_nsqd(nsqd, set(first + then) - set(archived))
     assert "E_FIN_FAILED" not in run.stderr
+
+
+@pytest.mark.parametrize("program", ["nsq_to_file", "nsq_tail"])
+def test_sigterm_while_connecting_exits_at_once(tmp_path: Path, program: str) -> None:
+    """The only nsqd address answers nothing (a black hole: it accepts, never speaks):
+    the first SIGTERM ends the start at once, exit 0, instead of waiting out the
+    connection set-up (read_timeout, a minute)."""
+    with socket.create_server(("127.0.0.1", 0)) as black_hole:
+        host, port = black_hole.getsockname()[:2]
+        argv = [
+            *our_tool(program), f"--nsqd-tcp-address={host}:{port}", f"--topic={TOPIC}",
+            *([f"--output-dir={tmp_path}"] if program == "nsq_to_file" else []),
+        ]  # fmt: skip
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            black_hole.settimeout(DEADLINE)
+            connection, _ = black_hole.accept()  # the tool waits for IDENTIFY's answer
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=5)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        connection.close()
+    assert process.returncode == 0, stderr

@@ -1,12 +1,15 @@
 """nsq_to_nsq's data path: each topic's messages, filtered, published to destination nsqds
 through one Producer, and FIN'd at the source only once the destination acknowledged.
 
-A Relay owns the producer; relay.sink(topic) is the runtime Sink of one source topic. A
-delivery is settled from the producer's outcomes as they come (many MPUBs in flight):
-done when every message of it that was published is acknowledged, failed (requeued at
-the source, with backoff) if any failed. A destination that restarts holds deliveries
-back while the producer redials (up to its reconnect_timeout), so nothing is FIN'd at
-the source that the destination did not take.
+A Relay owns the producer; relay.sink(topic) is the runtime Sink of one source topic.
+Each message is settled from the producer's outcome for it as outcomes come (many MPUBs
+in flight): done once acknowledged; refused when the destination refused it for good
+(over its --max-msg-size or --max-body-size: the producer cuts MPUBs so that only such a
+message fails, in an outcome of its own), which makes it a dead letter or, without one,
+requeues it alone with backoff; requeued (with backoff) after any other failure. What
+failed is never a reason to send the rest again. A destination that restarts holds
+messages back while the producer redials (up to its reconnect_timeout), so nothing is
+FIN'd at the source that the destination did not take.
 
 With JSON options (jsonfilter), each message is judged before publishing, as Go's
 nsq_to_nsq does: a message dropped is FIN'd at once, one to retry is requeued with
@@ -16,7 +19,6 @@ backoff, the others are published (re-encoded with --whitelist-json-field).
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -24,12 +26,17 @@ from typing import Any, Self
 import trio
 
 from nsqtools.config import ClientConfig
+from nsqtools.errors import NsqErrorResponse
 from nsqtools.jsonfilter import Action, JsonFilter
 from nsqtools.producer import Outcome, Producer
+from nsqtools.protocol import Message
 from nsqtools.relays.status import RelayStatus
 from nsqtools.runtime.sinks import Delivery
 
 log = logging.getLogger("nsqtools.relay")
+
+# nsqd's refusals of a message it will never take (too big for it).
+REFUSALS = frozenset({"E_BAD_MESSAGE", "E_BAD_BODY"})
 
 
 class Relay:
@@ -57,7 +64,6 @@ class Relay:
             addresses, config, mode, on_outcome=self._settle, **producer_options
         )
         self._unanswered: dict[Delivery, int] = {}  # messages without an outcome yet
-        self._failed: set[Delivery] = set()  # some message failed: requeue it all
         self._accepted_at: dict[Delivery, float] = {}  # for the status lines' latencies
 
     async def __aenter__(self) -> Self:
@@ -78,54 +84,65 @@ class Relay:
     async def publish(self, delivery: Delivery, topic: str) -> None:
         """Queue the delivery's messages for publishing (those the filter lets through);
         waits only for the producer's back-pressure."""
-        bodies = delivery.bodies if self.json_filter is None else self._filter(delivery)
-        if not bodies:
-            delivery.done()  # every message was dropped (FIN) or requeued already
-            return
-        self._unanswered[delivery] = len(bodies)
+        messages = delivery.messages
+        if self.json_filter is None:
+            bodies = delivery.bodies
+        else:
+            messages, bodies = self._filter(delivery)
+            if not messages:
+                return  # every message was dropped (FIN) or requeued already
+        self._unanswered[delivery] = len(messages)
         if self.status is not None:
             self._accepted_at[delivery] = trio.current_time()
-        await self.producer.put_many(topic, bodies, tokens=[delivery] * len(bodies))
+        tokens = [(delivery, message) for message in messages]
+        await self.producer.put_many(topic, bodies, tokens=tokens)
 
     async def flush(self) -> None:
         """Wait until every message accepted has an outcome (and so every delivery too)."""
         await self.producer.flush()
 
-    def _filter(self, delivery: Delivery) -> list[bytes]:
-        """The bodies to publish; the others answered now (FIN'd, or requeued)."""
+    def _filter(self, delivery: Delivery) -> tuple[list[Message], list[bytes]]:
+        """The messages to publish and their bodies; the others settled now (done, as
+        dropped; or requeued)."""
         assert self.json_filter is not None
-        batch, bodies = delivery.batch, []
-        for message in batch.messages[: delivery.count]:
+        messages, bodies = [], []
+        for message in delivery.messages:
             verdict = self.json_filter.apply(message.body)
             if verdict.log:
                 self.report(verdict.log)
             if verdict.action is Action.PUBLISH:
+                messages.append(message)
                 bodies.append(verdict.body)
             elif verdict.action is Action.DROP:
-                batch.finish([message])
+                delivery.done([message])
             else:
-                batch.requeue([message])
-        return bodies
+                delivery.requeue([message])
+        return messages, bodies
 
     def _settle(self, outcome: Outcome) -> None:
-        assert outcome.tokens is not None  # every put carries its delivery
+        """Settle each message as its outcome says: a delivery's whole when every one of
+        it came in one acknowledged outcome (one FIN write), else message by message."""
+        assert outcome.tokens is not None  # every put carries its delivery and message
         now = trio.current_time()
-        for delivery, count in Counter[Delivery](outcome.tokens).items():
+        by_delivery: dict[Delivery, list[Message]] = {}
+        for delivery, message in outcome.tokens:
+            by_delivery.setdefault(delivery, []).append(message)
+        for delivery, messages in by_delivery.items():
             if self.status is not None:
-                self.status.record(now - self._accepted_at[delivery], count, outcome.nsqd)
-            if outcome.error is not None:
-                self._failed.add(delivery)
-            left = self._unanswered[delivery] - count
+                self.status.record(now - self._accepted_at[delivery], len(messages), outcome.nsqd)
+            left = self._unanswered[delivery] - len(messages)
             if left:
                 self._unanswered[delivery] = left
-                continue
-            del self._unanswered[delivery]
-            self._accepted_at.pop(delivery, None)
-            if delivery in self._failed:
-                self._failed.discard(delivery)
-                delivery.failed()
             else:
-                delivery.done()
+                del self._unanswered[delivery]
+                self._accepted_at.pop(delivery, None)
+            error = outcome.error
+            if error is None:
+                delivery.done(None if not left and delivery.count == len(messages) else messages)
+            elif isinstance(error, NsqErrorResponse) and error.code in REFUSALS:
+                delivery.refuse(messages, str(error))
+            else:
+                delivery.requeue(messages)
 
 
 class RelaySink:
