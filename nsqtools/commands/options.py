@@ -308,7 +308,7 @@ def dead_letter_options() -> Callable[[F], F]:
     refused for good by their destination (nsq_to_nsq: over its size limit)."""
     given_up = (
         "each message given up (past max_attempts, or refused for good by its destination), "
-        'as its JSON envelope (as --format json writes it) with a "reason",'
+        'as its JSON envelope (nsq_tail --format json\'s) with a "reason",'
     )
     return _stack(
         grouped_option(
