@@ -19,7 +19,9 @@ backoff, the others are published (re-encoded with --whitelist-json-field).
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -63,8 +65,11 @@ class Relay:
         self.producer = Producer(
             addresses, config, mode, on_outcome=self._settle, **producer_options
         )
-        self._unanswered: dict[Delivery, int] = {}  # messages without an outcome yet
-        self._accepted_at: dict[Delivery, float] = {}  # for the status lines' latencies
+        # What was put, by its first token: each message's token is its place in the
+        # order of puts, so an outcome's (ascending) tokens say whose messages it holds.
+        self._published: dict[int, _Published] = {}
+        self._firsts: list[int] = []  # the keys of _published, ascending
+        self._next_token = 0
 
     async def __aenter__(self) -> Self:
         await self.producer.__aenter__()
@@ -84,17 +89,19 @@ class Relay:
     async def publish(self, delivery: Delivery, topic: str) -> None:
         """Queue the delivery's messages for publishing (those the filter lets through);
         waits only for the producer's back-pressure."""
-        messages = delivery.messages
+        messages = None
         if self.json_filter is None:
-            bodies = delivery.bodies
+            bodies = delivery.bodies  # not its Messages: made only if one fails
         else:
             messages, bodies = self._filter(delivery)
             if not messages:
                 return  # every message was dropped (FIN) or requeued already
-        self._unanswered[delivery] = len(messages)
-        if self.status is not None:
-            self._accepted_at[delivery] = trio.current_time()
-        tokens = [(delivery, message) for message in messages]
+        first = self._next_token
+        self._next_token += len(bodies)
+        accepted_at = trio.current_time() if self.status is not None else 0.0
+        self._published[first] = _Published(delivery, messages, len(bodies), accepted_at)
+        self._firsts.append(first)
+        tokens = range(first, self._next_token)
         await self.producer.put_many(topic, bodies, tokens=tokens)
 
     async def flush(self) -> None:
@@ -120,29 +127,59 @@ class Relay:
         return messages, bodies
 
     def _settle(self, outcome: Outcome) -> None:
-        """Settle each message as its outcome says: a delivery's whole when every one of
-        it came in one acknowledged outcome (one FIN write), else message by message."""
-        assert outcome.tokens is not None  # every put carries its delivery and message
+        """Settle the messages of each delivery the outcome holds, as it says."""
+        assert outcome.tokens is not None  # every put has its tokens
+        tokens = outcome.tokens
         now = trio.current_time()
-        by_delivery: dict[Delivery, list[Message]] = {}
-        for delivery, message in outcome.tokens:
-            by_delivery.setdefault(delivery, []).append(message)
-        for delivery, messages in by_delivery.items():
+        position = 0
+        while position < len(tokens):
+            first = self._firsts[bisect_right(self._firsts, tokens[position]) - 1]
+            published = self._published[first]
+            end = bisect_left(tokens, first + published.count, position)
             if self.status is not None:
-                self.status.record(now - self._accepted_at[delivery], len(messages), outcome.nsqd)
-            left = self._unanswered[delivery] - len(messages)
-            if left:
-                self._unanswered[delivery] = left
-            else:
-                del self._unanswered[delivery]
-                self._accepted_at.pop(delivery, None)
-            error = outcome.error
-            if error is None:
-                delivery.done(None if not left and delivery.count == len(messages) else messages)
-            elif isinstance(error, NsqErrorResponse) and error.code in REFUSALS:
-                delivery.refuse(messages, str(error))
-            else:
-                delivery.requeue(messages)
+                self.status.record(now - published.accepted_at, end - position, outcome.nsqd)
+            published.left -= end - position
+            if not published.left:
+                del self._published[first]
+                self._firsts.remove(first)
+            self._settle_some(published, first, tokens[position:end], outcome.error)
+            position = end
+
+    def _settle_some(
+        self,
+        published: _Published,
+        first: int,
+        tokens: Sequence[int],
+        error: Exception | None,
+    ) -> None:
+        """Settle these of a delivery's published messages (by their tokens, from
+        `first`): the whole delivery in one FIN when one outcome acknowledged all of it."""
+        delivery = published.delivery
+        if error is None and len(tokens) == published.count:
+            delivery.done()  # the usual case: no Message made, one FIN write
+            return
+        messages = published.messages if published.messages is not None else delivery.messages
+        chosen = [messages[token - first] for token in tokens]
+        if error is None:
+            delivery.done(chosen)
+        elif isinstance(error, NsqErrorResponse) and error.code in REFUSALS:
+            delivery.refuse(chosen, str(error))
+        else:
+            delivery.requeue(chosen)
+
+
+@dataclass(slots=True)
+class _Published:
+    """A delivery's messages put for publishing, until each has its outcome."""
+
+    delivery: Delivery
+    messages: list[Message] | None  # those the JSON filter let through (None: all)
+    count: int
+    accepted_at: float  # for the status lines' latencies
+    left: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.left = self.count
 
 
 class RelaySink:
