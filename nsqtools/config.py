@@ -1,9 +1,10 @@
 """Client settings: go-nsq's option table, as fed by --consumer-opt and --producer-opt.
 
-Owns ClientConfig (one typed field per go-nsq v1.1.0 option key, with its default and its
-allowed range), the reading of `key,value` option text the way go-nsq's ConfigFlag and
-Config.Set read it, and the checks that make a whole config usable (ranges, heartbeat
-against read timeout, TLS files). Durations are float seconds, written in Go syntax.
+Owns ClientConfig (one typed field per go-nsq v1.1.0 option key, with its default, go-nsq's
+but for max_attempts, and its allowed range), the reading of `key,value` option text the
+way go-nsq's ConfigFlag and Config.Set read it, and the checks that make a whole config
+usable (ranges, heartbeat against read timeout, TLS files). Durations are float seconds,
+written in Go syntax.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def _host_port_problem(value: str) -> str | None:
 
 @dataclass
 class ClientConfig:
-    """go-nsq's Config: one field per option key, go-nsq v1.1.0 defaults, durations in seconds."""
+    """go-nsq's Config: one field per option key, go-nsq v1.1.0 defaults (but for
+    max_attempts: 0, never give up), durations in seconds."""
 
     dial_timeout: float = _duration("1s")
     read_timeout: float = _duration("60s", "100ms", "5m")
@@ -186,7 +188,8 @@ class ClientConfig:
     backoff_strategy: str = _option(_TEXT, "exponential", check=_one_of(*_BACKOFF_STRATEGIES))
     max_backoff_duration: float = _duration("2m", "0", "60m")
     backoff_multiplier: float = _duration("1s", "0", "60m")
-    max_attempts: int = _option(_INT, 5, low=0, high=65535)
+    # Ours: 0, never give a message up (go-nsq's 5 FINs it, lost, on its 6th delivery).
+    max_attempts: int = _option(_INT, 0, low=0, high=65535)
     low_rdy_idle_timeout: float = _duration("10s", "1s", "5m")
     low_rdy_timeout: float = _duration("30s", "1s", "5m")
     rdy_redistribute_interval: float = _duration("5s", "1ms", "5s")

@@ -1,8 +1,9 @@
 """The consumer: one topic/channel from many nsqds, in batches, losing nothing.
 
 Owns the connections to nsqd (direct addresses, reconnected with exponential backoff,
-or discovered through nsqlookupd, reconnected while a poll still lists them), RDY
-flow control and backoff (policy in flow.py), max_attempts, and the clean stop.
+also when a connection ends soon after it was made; or discovered through nsqlookupd,
+reconnected while a poll still lists them), RDY flow control and backoff (policy in
+flow.py), handing messages past max_attempts to a give-up hook, and the clean stop.
 
 On the Youzan fork (found from nsqlookupd's partitions and meta, or from nsqd's
 version) there is one connection per (nsqd, partition): SUB with the partition,
@@ -14,16 +15,22 @@ answered by subscribing as asked.
 
 The application reads Batches: the messages one connection delivered in one read.
 Each is answered as a whole or message by message (FIN, REQ, TOUCH); a batch's
-answers go out in one write. Nothing is lost on stop: messages the application never
-took and messages it left unanswered are requeued at once (REQ 0), because nsqd would
-otherwise hold them until msg_timeout. With `limit`, at most that many messages are
-ever delivered; any received beyond it are requeued at once.
+answers go out in one write, on the connection that delivered it: once that one has
+closed, they are dropped (nsqd takes the messages back), never sent on its successor.
+Messages past max_attempts (when set) are not handed out: they go to the give-up hook
+as a Batch of their own, which answers it (by default: a warning with each message in
+full, then FIN). Nothing is lost on stop: messages the application never took and
+messages it left unanswered are requeued at once (REQ 0), because nsqd would otherwise
+hold them until msg_timeout. With `limit`, at most that many messages are ever
+delivered; any received beyond it are requeued at once, and while more are wanted
+every connection keeps some RDY, so the last ones come from whichever nsqd has them.
 
 No printing and no click here: errors are NsqError subclasses with one-line messages.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import deque
@@ -34,7 +41,7 @@ from typing import TYPE_CHECKING, Self
 
 import trio
 
-from nsqtools import flow
+from nsqtools import flow, formats
 from nsqtools.addresses import address_key
 from nsqtools.config import ClientConfig
 from nsqtools.errors import (
@@ -61,25 +68,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqtools.consumer")
 
-# Direct nsqd addresses are redialed after 0.5s, 1s, 2s, ... up to this.
+# Direct nsqd addresses are redialed after 0.5s, 1s, 2s, ... up to this; the delay starts
+# again at 0.5s once a connection has lasted STEADY_CONNECTION.
 MAX_RECONNECT_DELAY = 30.0
+STEADY_CONNECTION = 10.0
 # How long a clean stop waits for nsqd's CLOSE_WAIT.
 CLOSE_WAIT_TIMEOUT = 5.0
 # Refresh RDY once this fraction of the last RDY has been received (the 25% rule).
 READY_REFRESH_FRACTION = 0.75
 
-GiveUpHook = Callable[[Message], None]
+# Takes a Batch of messages past max_attempts and answers it (FIN once they are kept).
+GiveUpHook = Callable[["Batch"], None]
 # Configuration problems: retrying cannot fix them, so they end the consumer.
 FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse)
 
 
 class Batch:
-    """Messages from one connection's read, answered together or one by one."""
+    """Messages from one connection's read, answered together or one by one.
 
-    __slots__ = ("_answered", "_done", "_link", "_received")
+    They belong to that connection: once it has closed, an answer is dropped (nsqd takes
+    the messages back itself), never written on the connection that replaced it."""
 
-    def __init__(self, link: _Link, received: MessageBatch) -> None:
+    __slots__ = ("_answered", "_conn", "_done", "_link", "_received")
+
+    def __init__(self, link: _Link, conn: Conn, received: MessageBatch) -> None:
         self._link = link
+        self._conn = conn
         self._received = received
         self._answered: set[bytes] | None = None  # ids answered one by one, if any
         self._done = False  # every message answered
@@ -113,7 +127,7 @@ class Batch:
         Each is answered once, however often it is listed; one answered before is skipped."""
         ids = self._take(messages)
         if ids:
-            self._link.answer(cmd.fin_many(ids), len(ids))
+            self._link.answer(self._conn, cmd.fin_many(ids), len(ids))
             self._link.consumer._record_outcome(flow.Outcome.FINISHED, len(ids))
 
     def requeue(
@@ -133,16 +147,18 @@ class Batch:
             return
         consumer = self._link.consumer
         if delay is None:
-            self._link.answer(consumer._default_requeues(self.messages, ids), len(ids))
+            answer = consumer._default_requeues(self.messages, ids)
         else:
-            self._link.answer(cmd.req_many(ids, delay), len(ids))
+            answer = cmd.req_many(ids, delay)
+        self._link.answer(self._conn, answer, len(ids))
         outcome = flow.Outcome.FAILED if backoff else flow.Outcome.REQUEUED
         consumer._record_outcome(outcome, len(ids))
 
     def touch(self, messages: Sequence[Message] | None = None) -> None:
         """Reset nsqd's timeout for these unanswered messages (default: all unanswered)."""
         chosen = self.unanswered() if messages is None else messages
-        self._link.write(b"".join(cmd.touch(message.id) for message in chosen))
+        if self._link.owns(self._conn):
+            self._link.write(b"".join(cmd.touch(message.id) for message in chosen))
 
     def _take(self, messages: Sequence[Message] | None) -> list[bytes]:
         """Mark messages answered and return the ids not answered before, each once."""
@@ -268,7 +284,15 @@ class _Link:
         if self.conn is not None and not self.conn.closed:
             self.conn.write(data)
 
-    def answer(self, data: bytes, count: int) -> None:
+    def owns(self, conn: Conn) -> bool:
+        """Whether conn is this link's live connection (not one that closed before)."""
+        return conn is self.conn and not conn.closed
+
+    def answer(self, conn: Conn, data: bytes, count: int) -> None:
+        """Answer count messages conn delivered; dropped if conn has closed since: nsqd
+        takes those back, and the in-flight count is the new connection's own."""
+        if not self.owns(conn):
+            return
         self.in_flight -= count
         if self.ready_refresh_due:
             # The refresh rides with the answers: one send, and it is only useful once
@@ -296,7 +320,7 @@ class _Link:
         self.last_message_at = trio.current_time()
         consumer = self.consumer
         consumer.received += count
-        consumer._accept(self, received)
+        consumer._accept(self, conn, received)
         if self.fresh:
             self.fresh = False
             consumer._rebalance()
@@ -354,7 +378,7 @@ class Consumer:
         self.start_at = start_at
         if start_at is not None and partition is None and nsqd_tcp_addresses:
             raise ValueError("a start position with nsqd addresses needs a partition")
-        self.give_up = give_up or _log_give_up
+        self.give_up = give_up or self._log_and_finish
         self.error: BaseException | None = None
         self.received = 0  # messages received from nsqd, including any requeued unseen
         self.delivered = 0  # messages handed to the application
@@ -437,22 +461,22 @@ class Consumer:
 
     # -- messages in -----------------------------------------------------------------
 
-    def _accept(self, link: _Link, received: MessageBatch) -> None:
+    def _accept(self, link: _Link, conn: Conn, received: MessageBatch) -> None:
+        if self._stopping or self._limit_reached():
+            Batch(link, conn, received).requeue(delay=0, backoff=False)
+            return
         max_attempts = self.config.max_attempts
         if max_attempts and received.max_attempts > max_attempts:
-            received = self._give_up_exhausted(link, received.messages, max_attempts)
-        if self._stopping or self._limit_reached():
-            Batch(link, received).requeue(delay=0, backoff=False)
-            return
+            received = self._hand_up_exhausted(link, conn, received.messages, max_attempts)
         if self.limit is not None:
             room = self.limit - self.delivered
             if len(received) > room:
                 messages = received.messages
-                Batch(link, MessageBatch(messages[room:])).requeue(delay=0, backoff=False)
+                Batch(link, conn, MessageBatch(messages[room:])).requeue(delay=0, backoff=False)
                 received = MessageBatch(messages[:room])
         if not received:
             return
-        batch = Batch(link, received)
+        batch = Batch(link, conn, received)
         link.open_batches.add(batch)
         self.delivered += len(received)
         self._queue.append(batch)
@@ -460,15 +484,31 @@ class Consumer:
         if self.limit is not None and self.limit - self.delivered < self.config.max_in_flight:
             self._rebalance()  # near the limit RDY shrinks toward it, and is 0 once reached
 
-    def _give_up_exhausted(
-        self, link: _Link, messages: list[Message], max_attempts: int
+    def _hand_up_exhausted(
+        self, link: _Link, conn: Conn, messages: list[Message], max_attempts: int
     ) -> MessageBatch:
-        """Hand messages past max_attempts to the give-up hook and FIN them."""
-        exhausted = [message for message in messages if message.attempts > max_attempts]
-        for message in exhausted:
-            self.give_up(message)
-        Batch(link, MessageBatch(exhausted)).finish()
+        """Messages past max_attempts go to the give-up hook as a Batch of their own, for
+        it to answer; the others go on."""
+        exhausted = Batch(
+            link, conn, MessageBatch(m for m in messages if m.attempts > max_attempts)
+        )
+        link.open_batches.add(exhausted)  # requeued at the stop if the hook has not answered
+        self.give_up(exhausted)
         return MessageBatch(message for message in messages if message.attempts <= max_attempts)
+
+    def _log_and_finish(self, exhausted: Batch) -> None:
+        """The give-up hook when none is given: each message in full in a warning (its
+        JSON envelope, body included), then FIN."""
+        origin = formats.Origin(self.topic, self.channel, exhausted.nsqd_address)
+        for message in exhausted.messages:
+            log.warning(
+                "giving up on message %s after %d attempts (max_attempts %d): %s",
+                formats.message_id(message),
+                message.attempts,
+                self.config.max_attempts,
+                json.dumps(formats.envelope(message, origin), ensure_ascii=False),
+            )
+        exhausted.finish()
 
     def _limit_reached(self) -> bool:
         return self.limit is not None and self.delivered >= self.limit
@@ -551,9 +591,13 @@ class Consumer:
         return {link.key: (1 if link is holders[0] else 0) for link in links}
 
     def _max_in_flight(self) -> int:
+        """max_in_flight, or toward a limit what is still wanted; but while anything is,
+        every live connection keeps RDY 1 (max_in_flight allowing): the last messages
+        wanted may be on any nsqd, and what comes past the limit is requeued at once."""
         if self.limit is None:
             return self.config.max_in_flight
-        return min(self.config.max_in_flight, self.limit - self.delivered)
+        wanted = max(self.limit - self.delivered, len(self._live_links()))
+        return min(self.config.max_in_flight, wanted)
 
     async def _redistribute_periodically(self) -> None:
         """When RDY is scarcer than connections, rotate it so every nsqd gets drained."""
@@ -589,20 +633,26 @@ class Consumer:
     ) -> None:
         """Keep a connection to a given nsqd, redialing with exponential backoff.
 
-        The first attempt must succeed: a refused address at start is an error."""
+        The first attempt must succeed: a refused address at start is an error. A
+        connection that ends within STEADY_CONNECTION of its dial counts as a failed
+        one: an nsqd that takes SUB and then breaks the protocol is not redialed at
+        full speed forever."""
         await self._connect_and_serve(self._link(address), task_status)
-        failures = 0
+        failures = 0  # redials in a row that failed, or whose connection did not last
         while not self._stopping:
-            failures += 1
-            delay = min(0.5 * 2 ** (failures - 1), MAX_RECONNECT_DELAY)
+            delay = min(0.5 * 2**failures, MAX_RECONNECT_DELAY)
             delay *= 1 + self._rng.random() * 0.2
             log.info("%s: reconnecting in %.1fs", address, delay)
             await trio.sleep(delay)
+            dialed_at = trio.current_time()
             try:
                 await self._connect_and_serve(self._link(address), trio.TASK_STATUS_IGNORED)
-                failures = 0
             except (NsqError, ProtocolError, OSError) as error:
                 log.warning("%s: %s", address, error)
+                failures += 1
+                continue
+            steady = trio.current_time() - dialed_at >= STEADY_CONNECTION
+            failures = 0 if steady else failures + 1
 
     async def _serve_discovered(self, link: _Link) -> None:
         """One connection to a discovered nsqd; the next poll reconnects it if listed."""
@@ -761,14 +811,6 @@ def _distinct(addresses: Sequence[str]) -> list[str]:
     for address in addresses:
         chosen.setdefault(address_key(address), address)
     return list(chosen.values())
-
-
-def _log_give_up(message: Message) -> None:
-    log.warning(
-        "giving up on message %s after %d attempts",
-        message.id.decode(errors="replace"),
-        message.attempts,
-    )
 
 
 @asynccontextmanager

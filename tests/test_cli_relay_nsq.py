@@ -6,8 +6,11 @@ the destination (JSON filters included).
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -214,6 +217,57 @@ def test_the_source_restarted_loses_nothing(durable_nsq: LocalNsq, destination: 
         source.restart()
         wait_until(lambda: source.emptied(TOPIC, "restarted"), 120, "the source drained")
     assert destination.missing(TOPIC, set(messages)) == set()
+
+
+@pytest.mark.parametrize("dead_letters", [False, True], ids=["requeued", "dead-lettered"])
+def test_a_message_too_big_for_the_destination_fails_alone(
+    nsqd: Nsqd, local_nsq: LocalNsq, tmp_path: Path, dead_letters: bool
+) -> None:
+    """The destination refuses one message of 31 (over its --max-msg-size): each of the
+    30 others reaches it exactly once and is FIN'd once; the refused one is kept as a
+    dead letter (then FIN'd, exit 1 saying so), or, with none set, requeued alone with
+    backoff and kept in nsqd (exit 0: nothing lost)."""
+    small = local_nsq.nsqd("small", extra_args=["--max-msg-size=1024"])
+    good, too_big = bodies(30), b"x" * 2000
+    nsqd.create_channels(TOPIC, "big")
+    nsqd.publish_many(TOPIC, [*good[:15], too_big, *good[15:]])
+    dead = tmp_path / "dead.jsonl"
+    options = [f"--dead-letter-file={dead}"] if dead_letters else []
+    argv = relay_with(OURS, nsqd, small, "big", "--destination-topic=relayed", *options)
+
+    def source_holds_only_the_refused_one() -> bool:
+        stats = nsqd.channel_stats(TOPIC, "big")
+        return (stats.depth, stats.in_flight_count, stats.deferred_count) == (0, 0, 1)
+
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        if dead_letters:
+            wait_until(lambda: nsqd.emptied(TOPIC, "big"), 30, "the source emptied")
+        else:
+            wait_until(source_holds_only_the_refused_one, 30, "the refused one requeued")
+        wait_until(lambda: topic_depth(small, "relayed") == 30, 30, "30 relayed")
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "Traceback" not in stderr
+    assert small.stats(topic="relayed").topic("relayed").message_count == 30  # once each
+    assert sorted(small.read("relayed", 30)) == good
+    # Only the refused one was ever requeued at the source, and only when not kept.
+    assert nsqd.channel_stats(TOPIC, "big").requeue_count == (0 if dead_letters else 1)
+    if dead_letters:
+        assert process.returncode == 1, stderr
+        assert stderr.splitlines()[-1] == (
+            f"nsq_to_nsq: error: 1 message was refused by the destination; it is in {dead}"
+        )
+        [envelope] = map(json.loads, dead.read_text().splitlines())
+        assert envelope["body"] == too_big.decode()
+        assert "E_BAD_MESSAGE" in envelope["reason"]
+    else:
+        assert process.returncode == 0, stderr
+        assert "E_BAD_MESSAGE" in stderr
 
 
 SOURCE = "--nsqd-tcp-address=127.0.0.1:1"

@@ -7,23 +7,26 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, TlsFiles, find_binary, wait_until
+from nsqtools.testing import Nsqd, TlsFiles, find_binary, our_tool, wait_until
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from tests.conftest import AUTH_SECRETS, Cluster, LocalNsq
 
-TOOL = str(Path(sys.executable).parent / "nsq_tail")
+# Run from this copy of nsqtools (the console script may come from another worktree).
+TOOL = our_tool("nsq_tail")
+SHELL_TOOL = shlex.join(TOOL)
 TOPIC = "cli"
 
 
 def nsq_tail(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([TOOL, *args], capture_output=True, timeout=30, check=False, env=env)
+    return subprocess.run([*TOOL, *args], capture_output=True, timeout=30, check=False, env=env)
 
 
 def go_nsq_tail(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -94,7 +97,8 @@ def test_an_nsqd_given_twice_prints_each_message_once(nsqd: Nsqd) -> None:
 
 def test_a_closed_pipe_ends_quietly_and_requeues(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, [b"line %d" % index for index in range(5000)])
-    shell = f"{TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} --channel=pipe | head -2"
+    tail = f"{SHELL_TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} --channel=pipe"
+    shell = f"{tail} | head -2"
     result = subprocess.run(
         ["bash", "-o", "pipefail", "-c", shell], capture_output=True, timeout=30, check=False
     )
@@ -111,7 +115,7 @@ def test_a_closed_pipe_ends_quietly_and_requeues(nsqd: Nsqd) -> None:
 def test_a_signal_stops_cleanly_losing_nothing(nsqd: Nsqd, signum: signal.Signals) -> None:
     nsqd.publish_many(TOPIC, [b"%d" % index for index in range(50)])
     process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=sig",
+        [*TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=sig",
          "--max-in-flight=5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -136,7 +140,7 @@ def test_sigint_with_stdout_blocked_exits_and_requeues_at_once(nsqd: Nsqd) -> No
     nsqd.publish_many(TOPIC, [b"%04d " % index + b"." * 1000 for index in range(total)])
     read_end, write_end = os.pipe()
     process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=blocked"],
+        [*TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "--channel=blocked"],
         stdout=write_end,
         stderr=subprocess.PIPE,
     )
@@ -330,7 +334,7 @@ def test_bad_input_is_one_line_and_the_right_exit(args: list[str], code: int, me
 def test_a_negative_n_is_no_limit_as_in_go(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, [b"%d" % index for index in range(5)])
     process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "-3"],
+        [*TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={TOPIC}", "-n", "-3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -358,7 +362,7 @@ def test_the_documented_reader_opt_line_works(local_nsq: LocalNsq, tls_files: Tl
         nsqd = local_nsq.nsqd("doc", tls=tls_files, auth_http_address=service.address)
         nsqd.publish(TOPIC, b"documented")
         command = (
-            f"{TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} -n 1 "
+            f"{SHELL_TOOL} --nsqd-tcp-address={nsqd.tcp_address} --topic={TOPIC} -n 1 "
             f'-reader-opt="tls_root_ca_file,{tls_files.ca}" '
             '-reader-opt="tls_v1,true" -reader-opt="auth_secret,$SECRET"'
         )
@@ -379,7 +383,7 @@ def run_on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
 
     controller, terminal = pty.openpty()
     with subprocess.Popen(
-        [TOOL, *args], stdout=terminal, stderr=subprocess.DEVNULL, env=env
+        [*TOOL, *args], stdout=terminal, stderr=subprocess.DEVNULL, env=env
     ) as process:
         os.close(terminal)
         output = b""
@@ -433,3 +437,32 @@ def test_log_prefix_and_level(nsqd: Nsqd) -> None:
     assert logged.decode().splitlines()[0].startswith("[mine] ")
     assert " INFO: " in logged.decode()
     assert nsq_tail(*base, "--channel=b", "--log-level=warn").stderr == b""
+
+
+@pytest.mark.parametrize("through", ["lookupd", "nsqds"])
+def test_n_across_two_nsqds_ends_without_waiting_for_a_redistribution(
+    cluster2: Cluster, through: str
+) -> None:
+    """-n as many as the two nsqds hold: every connection keeps RDY while messages are
+    still wanted, so the last ones come at once, not after low_rdy_idle_timeout (set to a
+    minute here, as low_rdy_timeout: a redistribution cannot be what ends the run)."""
+    cluster2.publish_many(TOPIC, lambda nsqd: [f"{nsqd.name}-{i}".encode() for i in range(7)])
+    if through == "lookupd":
+        addresses = [f"--lookupd-http-address={cluster2.lookupd.http_address}"]
+    else:
+        addresses = [f"--nsqd-tcp-address={nsqd.tcp_address}" for nsqd in cluster2.nsqds]
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            *TOOL, *addresses, f"--topic={TOPIC}", "--channel=spread",
+            "-n", "14", "--consumer-opt=low_rdy_idle_timeout,1m",
+            "--consumer-opt=low_rdy_timeout,1m", "--consumer-opt=rdy_redistribute_interval,5s",
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 14
+    assert took < 20, f"{took:.1f}s: the last message waited for a redistribution"

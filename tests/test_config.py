@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "backoff_strategy": "exponential",
     "max_backoff_duration": 120.0,
     "backoff_multiplier": 1.0,
-    "max_attempts": 5,
+    "max_attempts": 0,  # ours: never give up (go-nsq's default is 5)
     "low_rdy_idle_timeout": 10.0,
     "low_rdy_timeout": 30.0,
     "rdy_redistribute_interval": 5.0,
@@ -445,7 +445,7 @@ def test_out_of_range_leaves_the_value_alone() -> None:
     config = ClientConfig()
     with pytest.raises(ConfigError):
         config.set("max_attempts", "70000")
-    assert config.max_attempts == 5
+    assert config.max_attempts == 0
 
 
 @pytest.mark.parametrize(

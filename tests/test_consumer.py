@@ -6,21 +6,24 @@ consumer did, not the consumer's counters.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import json
 import logging
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import Consumer, open_consumer
+from nsqtools.consumer import Batch, Consumer, open_consumer
 from nsqtools.errors import AuthError, ConnectError
 from nsqtools.httpapi.nsqd import ChannelStats, ClientStats
 from nsqtools.protocol import Message
-from nsqtools.testing import Nsqd
+from nsqtools.testing import LinkProxy, Nsqd
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd, lookup_answer, producer
 from tests.conftest import Cluster, LocalNsq
 
@@ -239,9 +242,11 @@ async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
         await wait_for(lambda: ready(nsqd) == 1, "RDY 1 again after the pause")
 
 
-async def test_max_attempts_gives_up_through_the_hook(nsqd: Nsqd) -> None:
+async def test_max_attempts_hands_the_message_to_the_hook_which_answers_it(nsqd: Nsqd) -> None:
+    """Past max_attempts a message is not handed out: the hook gets it in a Batch of its
+    own, and nothing FINs it until the hook does."""
     nsqd.publish(TOPIC, b"poison")
-    given_up: list[Message] = []
+    given_up: list[Batch] = []
     config = make_config(max_attempts=2)
     async with open_consumer(
         TOPIC,
@@ -256,8 +261,26 @@ async def test_max_attempts_gives_up_through_the_hook(nsqd: Nsqd) -> None:
                 if batch.messages[0].attempts == 2:
                     break
         await wait_for(lambda: bool(given_up), "the give-up hook to be called")
-    assert [(message.body, message.attempts) for message in given_up] == [(b"poison", 3)]
-    await wait_for(lambda: drained(nsqd), "the given-up message finished")
+        [exhausted] = given_up
+        assert [(m.body, m.attempts) for m in exhausted.messages] == [(b"poison", 3)]
+        assert channel(nsqd).in_flight_count == 1, "not FIN'd by the consumer"
+        exhausted.finish()
+        await wait_for(lambda: drained(nsqd), "the given-up message finished by the hook")
+
+
+async def test_without_a_hook_a_message_given_up_is_logged_in_full(
+    nsqd: Nsqd, caplog: pytest.LogCaptureFixture
+) -> None:
+    nsqd.publish(TOPIC, "poisön".encode())
+    config = make_config(max_attempts=1)
+    address = [nsqd.tcp_address]
+    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        with trio.fail_after(10):
+            (await anext(aiter(consumer))).requeue(delay=0, backoff=False)
+        await wait_for(lambda: drained(nsqd), "the given-up message FIN'd")
+    [line] = [r.getMessage() for r in caplog.records if "giving up" in r.getMessage()]
+    envelope = json.loads(line[line.index("{") :])
+    assert (envelope["body"], envelope["attempts"], envelope["topic"]) == ("poisön", 2, TOPIC)
 
 
 async def test_stop_requeues_at_once_what_was_not_answered(nsqd: Nsqd) -> None:
@@ -454,3 +477,110 @@ async def test_sample_rate_reaches_nsqd(nsqd: Nsqd) -> None:
     async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]):
         await wait_for(lambda: bool(channel(nsqd).clients), "subscribed")
         assert channel(nsqd).clients[0].sample_rate == 37
+
+
+async def test_a_batch_answered_after_a_reconnect_is_not_answered_on_the_new_connection(
+    nsqd: Nsqd, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A message belongs to the connection that delivered it. Messages held across a cut
+    link are answered after the consumer reconnected: the answer is dropped (nsqd takes
+    them back itself), never written on the new connection (E_FIN_FAILED there), and the
+    new connection's in-flight count, so is_starved(), stays right."""
+    nsqd.publish_many(TOPIC, bodies("cut", 30))
+    config = make_config(max_in_flight=10)
+    with LinkProxy(nsqd.tcp_address) as proxy:
+        async with open_consumer(
+            TOPIC, CHANNEL, config, nsqd_tcp_addresses=[proxy.address]
+        ) as consumer:
+            batches = aiter(consumer)
+            old = await take(batches, 10)
+            assert consumer.is_starved()
+            proxy.cut()
+            new = await take(batches, 10)  # from the new connection, once it is starved
+            await wait_for(lambda: channel(nsqd).client_count == 1, "the old client gone")
+            assert consumer.is_starved()
+            for batch in old:
+                batch.finish()
+            assert consumer.is_starved(), "the old answers counted against the new connection"
+            assert channel(nsqd).clients[0].in_flight_count == 10
+            for batch in new:
+                batch.finish()
+            await wait_for(lambda: channel(nsqd).clients[0].finish_count == 10, "10 FIN'd")
+    assert "E_FIN_FAILED" not in caplog.text
+
+
+async def take(batches: AsyncIterator[Batch], count: int) -> list[Batch]:
+    """Batches holding `count` messages in all, left unanswered."""
+    taken: list[Batch] = []
+    with trio.fail_after(20):
+        while sum(map(len, taken)) < count:
+            taken.append(await anext(batches))
+    assert sum(map(len, taken)) == count
+    return taken
+
+
+OK_FRAME = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"
+JUNK_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x07"  # a frame type no nsqd sends
+
+
+async def answer_then_send_junk(stream: trio.SocketStream) -> None:
+    """Answer IDENTIFY and SUB as nsqd does; once RDY comes, send a frame of an unknown
+    type."""
+    received = bytearray()
+
+    async def receive_more() -> None:
+        data = await stream.receive_some()
+        if not data:
+            raise EOFError
+        received.extend(data)
+
+    async def take(count: int) -> bytes:
+        while len(received) < count:
+            await receive_more()
+        taken = bytes(received[:count])
+        del received[:count]
+        return taken
+
+    async def skip_line() -> None:
+        while b"\n" not in received:
+            await receive_more()
+        del received[: received.index(b"\n") + 1]
+
+    with contextlib.suppress(EOFError, trio.BrokenResourceError):
+        await take(4)  # the magic
+        await skip_line()  # IDENTIFY
+        await take(int.from_bytes(await take(4), "big"))
+        await stream.send_all(OK_FRAME)
+        await skip_line()  # SUB
+        await stream.send_all(OK_FRAME)
+        await skip_line()  # RDY: subscribed
+        await stream.send_all(JUNK_FRAME)
+        while True:
+            await receive_more()
+
+
+async def test_an_nsqd_that_sends_junk_once_subscribed_is_redialled_ever_more_slowly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A scripted server (no real nsqd can be made to send junk) accepts every connection
+    and SUB, then breaks the protocol: the consumer redials it after delays that grow, as
+    after a failed dial, not every 0.5 s forever."""
+    caplog.set_level(logging.INFO, "nsqtools.consumer")
+
+    def delays() -> list[float]:
+        found = (re.search(r"reconnecting in ([\d.]+)s", r.getMessage()) for r in caplog.records)
+        return [float(match[1]) for match in found if match]
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, answer_then_send_junk, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        address = [f"127.0.0.1:{port}"]
+        async with open_consumer(TOPIC, CHANNEL, make_config(), nsqd_tcp_addresses=address):
+            with trio.fail_after(20):
+                while len(delays()) < 3:
+                    await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    first, second, third = delays()[:3]
+    assert second >= 1.5 * first and third >= 1.5 * second, delays()

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
 from nsqtools.config import ClientConfig
+from nsqtools.protocol import Message
 from nsqtools.relays.nsq import Relay
 from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
+from nsqtools.runtime.deadletters import DeadLetterSettings, GivenUp
 from nsqtools.runtime.sinks import Delivery, Sink, SinkFailed
 from nsqtools.testing import Nsqd, not_in_nsqd, wait_until
 from tests.conftest import DURABLE, LocalNsq
@@ -304,3 +308,52 @@ async def test_topics_are_found_at_once_not_after_a_refresh(nsqd: Nsqd) -> None:
             await sink.enough_seen.wait()
         signal.raise_signal(signal.SIGINT)
     assert sink.done == [b"at once"]
+
+
+async def test_a_sink_settles_each_message_its_own_way(nsqd: Nsqd, tmp_path: Path) -> None:
+    """One delivery, three fates: done (FIN), requeued (REQ, counted, with backoff) and
+    refused (a dead letter, then FIN); the runtime alone answers nsqd, and the run ends
+    with GivenUp counting the refused."""
+    nsqd.publish_many(TOPIC, bodies(30))
+    dead = tmp_path / "dead.jsonl"
+
+    class Sorting(Recorder):
+        async def accept(self, delivery: Delivery) -> None:
+            fates: dict[int, list[Message]] = {0: [], 1: [], 2: []}
+            for message in delivery.messages:
+                fates[int(message.body.split(b"-")[1]) % 3].append(message)
+            delivery.requeue(fates[1], delay=60)  # back in a minute: not in this test
+            delivery.refuse(fates[2], "too big for the destination")
+            delivery.done()  # the rest
+            self.done.extend(message.body for message in fates[0])
+
+    sink = Sorting()
+    consume = settings(nsqd, dead_letters=DeadLetterSettings(file=dead))
+    counters = RunCounters()
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            with pytest.raises(GivenUp, match=r"^10 messages were refused by the destination; "):
+                await run_consumers(consume, lambda topic: sink, counters=counters)
+
+        nursery.start_soon(run)
+        await trio.to_thread.run_sync(
+            wait_until,
+            lambda: deferred_and_in_flight(nsqd) == (0, 0, 10),
+            10,
+            "every message settled",
+        )
+        signal.raise_signal(signal.SIGINT)
+    assert sorted(sink.done) == sorted(b"m-%d" % index for index in range(0, 30, 3))
+    assert counters.failed == 10
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert sorted(letter["body"] for letter in letters) == sorted(f"m-{i}" for i in range(2, 30, 3))
+    assert {letter["reason"] for letter in letters} == {"too big for the destination"}
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
+    assert stats.requeue_count == 10  # the refused ones were FIN'd, not requeued
+
+
+def deferred_and_in_flight(nsqd: Nsqd) -> tuple[int, int, int]:
+    """(depth, in flight, deferred) of the test channel."""
+    stats = nsqd.channel_stats(TOPIC, CHANNEL)
+    return stats.depth, stats.in_flight_count, stats.deferred_count

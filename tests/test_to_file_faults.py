@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -630,3 +631,79 @@ def test_a_slow_link_from_nsqd_delays_but_loses_nothing(nsqd: Nsqd, tmp_path: Pa
             wait_until(lambda: drained(nsqd, len(published)), 60, "all archived")
             assert run.stop() == 0, run.stderr
     assert set(archived_lines(out)) == set(published)
+
+
+@pytest.mark.parametrize("fault", ["cut link", "nsqd restart"])
+def test_a_reconnect_keeps_the_rate_up(
+    nsqd: Nsqd, local_nsq: LocalNsq, tmp_path: Path, fault: str
+) -> None:
+    """Two nsqds, messages on one. Messages held unsynced when its connection breaks are
+    settled after the tool has reconnected: their FINs are dropped (nsqd gives them
+    again), not sent on the new connection, whose in-flight count stays right; so the
+    tool goes on flushing whenever that nsqd starves it. With a sync interval of an hour
+    and half of --max-in-flight per nsqd, only those flushes FIN anything."""
+    idle = local_nsq.nsqd("idle")
+    first, then = bodies(0, 15), bodies(15, 55)
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, first)
+    out = tmp_path / "out"
+    options = [f"--output-dir={out}", "--max-in-flight=20", "--sync-interval=1h"]
+
+    def in_flight() -> int:
+        stats = channel(nsqd)
+        return -1 if stats is None else stats.in_flight_count
+
+    with (
+        LinkProxy(nsqd.tcp_address) as proxy,
+        # The idle nsqd first: connected before the other, it halves the other's RDY.
+        running(
+            nsqd,
+            tmp_path / "run.stderr",
+            f"--nsqd-tcp-address={proxy.address}",
+            *options,
+            address=idle.tcp_address,
+        ) as run,
+    ):
+        # RDY 10 each: FIN'd at each starvation, the last few held, unsynced.
+        wait_until(
+            lambda: 0 < in_flight() < 8 and finished_by_clients(nsqd) + in_flight() == 15,
+            DEADLINE,
+            "the first messages archived but a few held",
+        )
+        held = in_flight()
+        if fault == "cut link":
+            proxy.cut()
+        else:
+            nsqd.restart()
+        nsqd.publish_many(TOPIC, then)
+        wait_until(lambda: finished_by_clients(nsqd) >= 30, DEADLINE, "30 more FIN'd")
+        assert run.stop() == 0, run.stderr
+    archived = archived_lines(out)
+    assert len(archived) - len(set(archived)) <= held  # at most those held, given again
+    assert_in_nsqd(nsqd, set(first + then) - set(archived))
+    assert "E_FIN_FAILED" not in run.stderr
+
+
+@pytest.mark.parametrize("program", ["nsq_to_file", "nsq_tail"])
+def test_sigterm_while_connecting_exits_at_once(tmp_path: Path, program: str) -> None:
+    """The only nsqd address answers nothing (a black hole: it accepts, never speaks):
+    the first SIGTERM ends the start at once, exit 0, instead of waiting out the
+    connection set-up (read_timeout, a minute)."""
+    with socket.create_server(("127.0.0.1", 0)) as black_hole:
+        host, port = black_hole.getsockname()[:2]
+        argv = [
+            *our_tool(program), f"--nsqd-tcp-address={host}:{port}", f"--topic={TOPIC}",
+            *([f"--output-dir={tmp_path}"] if program == "nsq_to_file" else []),
+        ]  # fmt: skip
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            black_hole.settimeout(DEADLINE)
+            connection, _ = black_hole.accept()  # the tool waits for IDENTIFY's answer
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=5)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        connection.close()
+    assert process.returncode == 0, stderr

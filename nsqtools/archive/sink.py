@@ -156,9 +156,8 @@ class TopicArchive:
                 if apart
                 else [formats.raw_lines(bodies)]
             )
-        batch = delivery.batch
-        origin = formats.Origin(self.topic, self.settings.channel, batch.nsqd_address)
-        messages = batch.messages[: delivery.count]
+        origin = formats.Origin(self.topic, self.settings.channel, delivery.nsqd_address)
+        messages = delivery.messages
         if apart:
             return [formats.json_lines([message], origin) for message in messages]
         return [formats.json_lines(messages, origin)]

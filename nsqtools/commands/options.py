@@ -303,6 +303,46 @@ def check_relay_options(options: dict[str, Any]) -> None:
         fail("--status-every should not be negative")
 
 
+def dead_letter_options() -> Callable[[F], F]:
+    """Where a consuming tool keeps the messages it gives up on: past max_attempts, or
+    refused for good by their destination (nsq_to_nsq: over its size limit)."""
+    given_up = (
+        "each message given up (past max_attempts, or refused for good by its destination), "
+        'as its JSON envelope (nsq_tail --format json\'s) with a "reason",'
+    )
+    return _stack(
+        grouped_option(
+            OUTPUT,
+            "--dead-letter-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            metavar="PATH",
+            help=f"Append {given_up} to this file, synced before the message is FIN'd.",
+        ),
+        grouped_option(
+            OUTPUT,
+            "--dead-letter-topic",
+            metavar="TOPIC",
+            help=f"Publish {given_up} to this topic on the nsqd that delivered it, "
+            "acknowledged before the message is FIN'd.",
+        ),
+    )
+
+
+def dead_letter_settings(options: dict[str, Any]) -> Any:
+    """--dead-letter-file and --dead-letter-topic, checked, as the runtime's
+    DeadLetterSettings (imported here: it loads trio)."""
+    from nsqtools.protocol import LocalProtocolError, check_topic
+    from nsqtools.runtime.deadletters import DeadLetterSettings
+
+    topic = options["dead_letter_topic"] or None
+    if topic is not None:
+        try:
+            check_topic(topic)
+        except LocalProtocolError as error:
+            fail(f"--dead-letter-topic: {error}")
+    return DeadLetterSettings(options["dead_letter_file"], topic)
+
+
 def logging_options(tool: str) -> Callable[[F], F]:
     return _stack(
         grouped_option(

@@ -32,6 +32,8 @@ from nsqtools.commands.options import (
     check_relay_options,
     connection_options,
     consumer_addresses,
+    dead_letter_options,
+    dead_letter_settings,
     http_client_timeouts,
     logging_options,
     nsqd_and_lookupd_addresses,
@@ -42,6 +44,7 @@ from nsqtools.commands.options import (
 if TYPE_CHECKING:
     from nsqtools.config import ClientConfig
     from nsqtools.relays.http import HttpCounts, HttpRelaySettings, Target
+    from nsqtools.runtime.deadletters import DeadLetterSettings
 
 TOOL = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -56,6 +59,7 @@ class ToHttpSettings:
     config: ClientConfig
     relay: HttpRelaySettings
     status_every: int
+    dead_letters: DeadLetterSettings
 
 
 @click.command("to-http", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
@@ -115,6 +119,7 @@ class ToHttpSettings:
     help="With --post: up to this many messages in one request, each body followed by a "
     "newline (NDJSON when they are JSON), FIN'd together on success.",
 )
+@dead_letter_options()
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
     "lookupd HTTP address (may be given multiple times).",
@@ -174,6 +179,7 @@ def _settings(options: dict[str, Any]) -> ToHttpSettings:
         config=config,
         relay=relay,
         status_every=options["status_every"],
+        dead_letters=dead_letter_settings(options),
     )
 
 
@@ -206,7 +212,7 @@ def _targets(options: dict[str, Any]) -> list[Target]:
 async def to_http(settings: ToHttpSettings) -> None:
     from nsqtools.relays.http import HttpCounts, HttpRelay
     from nsqtools.relays.status import RelayStatus, go_log_to_stderr
-    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+    from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
 
     consume = ConsumeSettings(
         topics=[settings.topic],
@@ -214,19 +220,22 @@ async def to_http(settings: ToHttpSettings) -> None:
         config=settings.config,
         nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
         lookupd_http_addresses=settings.lookupd_http_addresses,
+        dead_letters=settings.dead_letters,
     )
     addresses = [target.address for target in settings.relay.targets]
     status = RelayStatus(settings.status_every, addresses, go_log_to_stderr)
     counts = HttpCounts()
+    run = RunCounters()
     try:
         async with HttpRelay(settings.relay, status, counts) as relay:
-            await run_consumers(consume, lambda topic: relay)
+            await run_consumers(consume, lambda topic: relay, counters=run)
     finally:
-        go_log_to_stderr(summary(counts))
+        go_log_to_stderr(summary(counts, sum(run.given_up.values())))
 
 
-def summary(counts: HttpCounts) -> str:
-    """The line at exit: what was sent, requeued, sampled out, and how long it took."""
+def summary(counts: HttpCounts, given_up: int) -> str:
+    """The line at exit: what was sent, requeued, sampled out, given up (past
+    max_attempts), and how long it took."""
     from nsqtools.relays.status import percentile
 
     ordered = sorted(counts.latencies)
@@ -242,7 +251,7 @@ def summary(counts: HttpCounts) -> str:
     )
     return (
         f"[summary]: {counts.sent} sent, {counts.failed} requeued after a failed request, "
-        f"{counts.sampled_out} sampled out - {times}"
+        f"{counts.sampled_out} sampled out, {given_up} given up - {times}"
     )
 
 

@@ -28,6 +28,8 @@ from nsqtools.commands.options import (
     check_relay_options,
     connection_options,
     consumer_addresses,
+    dead_letter_options,
+    dead_letter_settings,
     logging_options,
     nsqd_and_lookupd_addresses,
     passthrough_config,
@@ -37,6 +39,7 @@ from nsqtools.commands.options import (
 if TYPE_CHECKING:
     from nsqtools.config import ClientConfig
     from nsqtools.jsonfilter import JsonFilter
+    from nsqtools.runtime.deadletters import DeadLetterSettings
 
 TOOL = "nsq_to_nsq"
 
@@ -54,6 +57,7 @@ class RelaySettings:
     mode: str
     json_filter: JsonFilter
     status_every: int
+    dead_letters: DeadLetterSettings
 
 
 @click.command("to-nsq", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
@@ -87,6 +91,7 @@ class RelaySettings:
     multiple=True,
     help="For JSON messages: pass this field (may be given multiple times).",
 )
+@dead_letter_options()
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
     "lookupd HTTP address (may be given multiple times).",
@@ -147,6 +152,7 @@ def _settings(options: dict[str, Any]) -> RelaySettings:
         mode=options["mode"],
         json_filter=_json_filter(options),
         status_every=options["status_every"],
+        dead_letters=dead_letter_settings(options),
     )
 
 
@@ -171,6 +177,7 @@ async def relay(settings: RelaySettings) -> None:
         config=settings.consumer_config,
         nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
         lookupd_http_addresses=settings.lookupd_http_addresses,
+        dead_letters=settings.dead_letters,
     )
     status = RelayStatus(settings.status_every, settings.destinations, go_log_to_stderr)
     async with Relay(

@@ -30,6 +30,7 @@ from nsqtools.commands.options import (
     GoInt,
     connection_options,
     consumer_addresses,
+    dead_letter_options,
     fork_consumer_options,
     logging_options,
     nsqd_and_lookupd_addresses,
@@ -38,8 +39,8 @@ from nsqtools.commands.options import (
 if TYPE_CHECKING:
     from nsqtools.commands.stdio import StdoutWriter
     from nsqtools.config import ClientConfig
-    from nsqtools.consumer import Batch
     from nsqtools.protocol.youzan import StartPosition
+    from nsqtools.runtime.deadletters import DeadLetterSettings
     from nsqtools.runtime.sinks import Delivery
 
 TOOL = "nsq_tail"
@@ -56,12 +57,13 @@ class TailSettings:
     lookupd_http_addresses: list[str]
     config: ClientConfig
     color: bool
+    dead_letters: DeadLetterSettings
     partition: int | None = None  # the Youzan fork's
     start_at: StartPosition | None = None
 
 
 def _settings(options: dict[str, Any]) -> TailSettings:
-    from nsqtools.commands.options import build_config, start_position
+    from nsqtools.commands.options import build_config, dead_letter_settings, start_position
     from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
 
     topics = list(options["topics"])
@@ -94,6 +96,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
         config=build_config(TOOL, options, max_in_flight=max_in_flight),
         # NO_COLOR's convention: any non-empty value turns colors off.
         color=not (options["no_color"] or os.environ.get("NO_COLOR")),
+        dead_letters=dead_letter_settings(options),
         partition=options["partition"],
         start_at=start_at,
     )
@@ -141,6 +144,7 @@ def _check_format(output_format: str) -> None:
     "queue_offset); or a template such as '{ts} {topic} {body}' with fields id, ts, epoch, "
     "timestamp_ns, attempts, topic, channel, nsqd, body, partition, trace_id, queue_offset.",
 )
+@dead_letter_options()
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
     "nsqlookupd HTTP address (may be given multiple times).",
@@ -170,17 +174,17 @@ class _Renderer:
         )
         self.highlight = terminal and settings.color and settings.output_format == "raw"
 
-    def render(self, batch: Batch, count: int, topic: str) -> bytes:
-        """The lines for the first `count` messages of the batch."""
+    def render(self, delivery: Delivery) -> bytes:
+        """The lines for the delivery's messages."""
         from nsqtools import formats
 
+        topic = delivery.topic
         if self.template is not None or self.settings.output_format == "json":
-            origin = formats.Origin(topic, self.settings.channel, batch.nsqd_address)
-            messages = batch.messages[:count]
+            origin = formats.Origin(topic, self.settings.channel, delivery.nsqd_address)
             if self.template is not None:
-                return self.template.lines(messages, origin)
-            return formats.json_lines(messages, origin)
-        bodies = batch.bodies if count == len(batch) else batch.bodies[:count]
+                return self.template.lines(delivery.messages, origin)
+            return formats.json_lines(delivery.messages, origin)
+        bodies = delivery.bodies
         prefix = f"{topic} | ".encode() if self.settings.print_topic else b""
         if self.highlight:
             from nsqtools.commands.highlight import highlighted_lines
@@ -203,7 +207,7 @@ class _StdoutSink:
         from nsqtools.commands.stdio import PipeClosed
         from nsqtools.runtime.sinks import SinkClosed
 
-        lines = self.renderer.render(delivery.batch, delivery.count, delivery.topic)
+        lines = self.renderer.render(delivery)
         try:
             await self.writer.write(lines)
         except PipeClosed:
@@ -232,6 +236,7 @@ async def tail(settings: TailSettings) -> None:
         total=settings.total,
         partition=settings.partition,
         start_at=settings.start_at,
+        dead_letters=settings.dead_letters,
     )
     summary = await run_consumers(consume, lambda topic: sink)
     if summary.sink_closed:

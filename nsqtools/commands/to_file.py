@@ -34,6 +34,7 @@ from nsqtools.commands.options import (
     GoInt,
     connection_options,
     consumer_addresses,
+    dead_letter_options,
     http_client_timeouts,
     logging_options,
     nsqd_and_lookupd_addresses,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from nsqtools.archive.names import FilenameFormat
     from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings, TopicArchive
     from nsqtools.config import ClientConfig
+    from nsqtools.runtime.deadletters import DeadLetterSettings
     from nsqtools.runtime.sinks import SinkFailed
     from nsqtools.runtime.topics import LookupdTopics
 
@@ -60,6 +62,7 @@ class ToFileSettings:
     config: ClientConfig
     archive: ArchiveSettings
     status: bool  # a status line on stderr
+    dead_letters: DeadLetterSettings
 
 
 @click.command("to-file", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
@@ -157,6 +160,7 @@ class ToFileSettings:
     default=None,
     help="A status line on stderr (default: when stderr is a terminal).",
 )
+@dead_letter_options()
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
     "lookupd HTTP address (may be given multiple times).",
@@ -173,6 +177,8 @@ def command(**options: Any) -> None:
 
 
 def _settings(options: dict[str, Any]) -> ToFileSettings:
+    from nsqtools.commands.options import dead_letter_settings
+
     if options["arguments"]:
         fail(f"unknown arguments: [{' '.join(options['arguments'])}]")
     if not options["channel"]:
@@ -207,6 +213,7 @@ def _settings(options: dict[str, Any]) -> ToFileSettings:
         config=_config(options),
         archive=archive,
         status=sys.stderr.isatty() if status is None else status,
+        dead_letters=dead_letter_settings(options),
     )
 
 
@@ -286,6 +293,7 @@ async def to_file(settings: ToFileSettings) -> None:
     from nsqtools.archive.inprogress import recover_crashed_files
     from nsqtools.archive.sink import ArchiveCounters, TopicArchive
     from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+    from nsqtools.runtime.deadletters import GivenUp
     from nsqtools.runtime.sinks import SinkFailed
 
     archive = settings.archive
@@ -302,8 +310,9 @@ async def to_file(settings: ToFileSettings) -> None:
         nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
         lookupd_http_addresses=settings.lookupd_http_addresses,
         topic_refresh=settings.topic_refresh,
+        dead_letters=settings.dead_letters,
     )
-    failure: SinkFailed | None = None
+    failure: SinkFailed | GivenUp | None = None
     async with trio.open_nursery() as nursery:
 
         def sink_for(topic: str) -> TopicArchive:
@@ -318,7 +327,7 @@ async def to_file(settings: ToFileSettings) -> None:
             nursery.start_soon(_show_status, counters)
         try:
             await run_consumers(consume, sink_for, _topic_finder(settings), on_hangup=close_all)
-        except SinkFailed as error:
+        except (SinkFailed, GivenUp) as error:
             failure = error
         for topic_archive in archives.values():  # every one, even after a failure
             closing_failure = await _close(topic_archive)

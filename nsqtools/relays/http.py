@@ -5,7 +5,8 @@ An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each m
 (--sample: the others are FIN'd unsent, as Go does), then hands messages to the senders
 through a channel (holding at most max-in-flight messages, all nsqd sends). A sender
 builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
-settles the message: FIN on success (GET: 200; POST: any 2xx), else REQ with backoff.
+settles the message in its delivery: done on success (GET: 200; POST: any 2xx), else
+requeued with backoff, that message (or batch of them) alone.
 The FINs go out together: those of up to half the in-flight window, or of 2 ms (one write per
 batch nsqd sent, not one per message; measured: a fifth more messages per second). A
 429 or 503 with Retry-After is requeued for that long (capped by the consumer's max
@@ -30,7 +31,6 @@ from typing import Self
 
 import trio
 
-from nsqtools.consumer import Batch
 from nsqtools.hostpolicy import make_policy
 from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
 from nsqtools.httpclient.requests import GetTarget, PostTarget
@@ -155,8 +155,7 @@ class HttpRelay:
         """Hand the delivery's messages to the senders (at once: the channel holds them)."""
         messages = self._sampled(delivery)
         if not messages:
-            delivery.done()
-            return
+            return  # every one sampled out, and so done
         self._unanswered[delivery] = len(messages)
         self._all_answered = trio.Event()
         size = self.settings.batch_size
@@ -170,7 +169,7 @@ class HttpRelay:
     tick = flush
 
     def _sampled(self, delivery: Delivery) -> list[Message]:
-        messages = delivery.batch.messages[: delivery.count]
+        messages = delivery.messages
         sample = self.settings.sample
         if sample >= 1.0:
             return messages
@@ -179,7 +178,7 @@ class HttpRelay:
         for message in messages:
             (kept if random.random() <= sample else dropped).append(message)
         if dropped:
-            delivery.batch.finish(dropped)  # Go's: FIN'd, never sent
+            delivery.done(dropped)  # Go's: FIN'd, never sent
             self.counts.sampled_out += len(dropped)
         return kept
 
@@ -212,11 +211,11 @@ class HttpRelay:
     def _fin_succeeded(self) -> None:
         succeeded, self._succeeded = self._succeeded, []
         self._succeeded_messages = 0
-        by_batch: dict[Batch, list[Message]] = {}
+        by_delivery: dict[Delivery, list[Message]] = {}
         for work, _ in succeeded:
-            by_batch.setdefault(work.delivery.batch, []).extend(work.messages)
-        for batch, messages in by_batch.items():
-            batch.finish(messages)
+            by_delivery.setdefault(work.delivery, []).extend(work.messages)
+        for delivery, messages in by_delivery.items():
+            delivery.done(messages)  # one FIN write for each
         for work, took in succeeded:
             count = len(work.messages)
             self.counts.sent += count
@@ -286,10 +285,10 @@ class HttpRelay:
         if retry_after is not None:
             delay = min(retry_after, self.settings.max_requeue_delay)
             self.report(f"{failure}: {count} requeued for {delay:g}s (Retry-After)")
-            work.delivery.batch.requeue(work.messages, delay=delay)
+            work.delivery.requeue(work.messages, delay=delay)
         else:
             self.report(f"{failure}: {count} requeued")
-            work.delivery.batch.requeue(work.messages)
+            work.delivery.requeue(work.messages)
         self._answered(work)
 
     def _answered(self, work: _Work) -> None:
@@ -299,7 +298,6 @@ class HttpRelay:
             self._unanswered[delivery] = left
             return
         del self._unanswered[delivery]
-        delivery.done()  # every message answered one by one: marks it settled
         if not self._unanswered:
             self._all_answered.set()
 

@@ -1,12 +1,15 @@
 """nsq_to_nsq's data path: each topic's messages, filtered, published to destination nsqds
 through one Producer, and FIN'd at the source only once the destination acknowledged.
 
-A Relay owns the producer; relay.sink(topic) is the runtime Sink of one source topic. A
-delivery is settled from the producer's outcomes as they come (many MPUBs in flight):
-done when every message of it that was published is acknowledged, failed (requeued at
-the source, with backoff) if any failed. A destination that restarts holds deliveries
-back while the producer redials (up to its reconnect_timeout), so nothing is FIN'd at
-the source that the destination did not take.
+A Relay owns the producer; relay.sink(topic) is the runtime Sink of one source topic.
+Each message is settled from the producer's outcome for it as outcomes come (many MPUBs
+in flight): done once acknowledged; refused when the destination refused it for good
+(over its --max-msg-size or --max-body-size: the producer cuts MPUBs so that only such a
+message fails, in an outcome of its own), which makes it a dead letter or, without one,
+requeues it alone with backoff; requeued (with backoff) after any other failure. What
+failed is never a reason to send the rest again. A destination that restarts holds
+messages back while the producer redials (up to its reconnect_timeout), so nothing is
+FIN'd at the source that the destination did not take.
 
 With JSON options (jsonfilter), each message is judged before publishing, as Go's
 nsq_to_nsq does: a message dropped is FIN'd at once, one to retry is requeued with
@@ -16,20 +19,26 @@ backoff, the others are published (re-encoded with --whitelist-json-field).
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
 import trio
 
 from nsqtools.config import ClientConfig
+from nsqtools.errors import NsqErrorResponse
 from nsqtools.jsonfilter import Action, JsonFilter
 from nsqtools.producer import Outcome, Producer
+from nsqtools.protocol import Message
 from nsqtools.relays.status import RelayStatus
 from nsqtools.runtime.sinks import Delivery
 
 log = logging.getLogger("nsqtools.relay")
+
+# nsqd's refusals of a message it will never take (too big for it).
+REFUSALS = frozenset({"E_BAD_MESSAGE", "E_BAD_BODY"})
 
 
 class Relay:
@@ -56,9 +65,11 @@ class Relay:
         self.producer = Producer(
             addresses, config, mode, on_outcome=self._settle, **producer_options
         )
-        self._unanswered: dict[Delivery, int] = {}  # messages without an outcome yet
-        self._failed: set[Delivery] = set()  # some message failed: requeue it all
-        self._accepted_at: dict[Delivery, float] = {}  # for the status lines' latencies
+        # What was put, by its first token: each message's token is its place in the
+        # order of puts, so an outcome's (ascending) tokens say whose messages it holds.
+        self._published: dict[int, _Published] = {}
+        self._firsts: list[int] = []  # the keys of _published, ascending
+        self._next_token = 0
 
     async def __aenter__(self) -> Self:
         await self.producer.__aenter__()
@@ -78,54 +89,97 @@ class Relay:
     async def publish(self, delivery: Delivery, topic: str) -> None:
         """Queue the delivery's messages for publishing (those the filter lets through);
         waits only for the producer's back-pressure."""
-        bodies = delivery.bodies if self.json_filter is None else self._filter(delivery)
-        if not bodies:
-            delivery.done()  # every message was dropped (FIN) or requeued already
-            return
-        self._unanswered[delivery] = len(bodies)
-        if self.status is not None:
-            self._accepted_at[delivery] = trio.current_time()
-        await self.producer.put_many(topic, bodies, tokens=[delivery] * len(bodies))
+        messages = None
+        if self.json_filter is None:
+            bodies = delivery.bodies  # not its Messages: made only if one fails
+        else:
+            messages, bodies = self._filter(delivery)
+            if not messages:
+                return  # every message was dropped (FIN) or requeued already
+        first = self._next_token
+        self._next_token += len(bodies)
+        accepted_at = trio.current_time() if self.status is not None else 0.0
+        self._published[first] = _Published(delivery, messages, len(bodies), accepted_at)
+        self._firsts.append(first)
+        tokens = range(first, self._next_token)
+        await self.producer.put_many(topic, bodies, tokens=tokens)
 
     async def flush(self) -> None:
         """Wait until every message accepted has an outcome (and so every delivery too)."""
         await self.producer.flush()
 
-    def _filter(self, delivery: Delivery) -> list[bytes]:
-        """The bodies to publish; the others answered now (FIN'd, or requeued)."""
+    def _filter(self, delivery: Delivery) -> tuple[list[Message], list[bytes]]:
+        """The messages to publish and their bodies; the others settled now (done, as
+        dropped; or requeued)."""
         assert self.json_filter is not None
-        batch, bodies = delivery.batch, []
-        for message in batch.messages[: delivery.count]:
+        messages, bodies = [], []
+        for message in delivery.messages:
             verdict = self.json_filter.apply(message.body)
             if verdict.log:
                 self.report(verdict.log)
             if verdict.action is Action.PUBLISH:
+                messages.append(message)
                 bodies.append(verdict.body)
             elif verdict.action is Action.DROP:
-                batch.finish([message])
+                delivery.done([message])
             else:
-                batch.requeue([message])
-        return bodies
+                delivery.requeue([message])
+        return messages, bodies
 
     def _settle(self, outcome: Outcome) -> None:
-        assert outcome.tokens is not None  # every put carries its delivery
+        """Settle the messages of each delivery the outcome holds, as it says."""
+        assert outcome.tokens is not None  # every put has its tokens
+        tokens = outcome.tokens
         now = trio.current_time()
-        for delivery, count in Counter[Delivery](outcome.tokens).items():
+        position = 0
+        while position < len(tokens):
+            first = self._firsts[bisect_right(self._firsts, tokens[position]) - 1]
+            published = self._published[first]
+            end = bisect_left(tokens, first + published.count, position)
             if self.status is not None:
-                self.status.record(now - self._accepted_at[delivery], count, outcome.nsqd)
-            if outcome.error is not None:
-                self._failed.add(delivery)
-            left = self._unanswered[delivery] - count
-            if left:
-                self._unanswered[delivery] = left
-                continue
-            del self._unanswered[delivery]
-            self._accepted_at.pop(delivery, None)
-            if delivery in self._failed:
-                self._failed.discard(delivery)
-                delivery.failed()
-            else:
-                delivery.done()
+                self.status.record(now - published.accepted_at, end - position, outcome.nsqd)
+            published.left -= end - position
+            if not published.left:
+                del self._published[first]
+                self._firsts.remove(first)
+            self._settle_some(published, first, tokens[position:end], outcome.error)
+            position = end
+
+    def _settle_some(
+        self,
+        published: _Published,
+        first: int,
+        tokens: Sequence[int],
+        error: Exception | None,
+    ) -> None:
+        """Settle these of a delivery's published messages (by their tokens, from
+        `first`): the whole delivery in one FIN when one outcome acknowledged all of it."""
+        delivery = published.delivery
+        if error is None and len(tokens) == published.count:
+            delivery.done()  # the usual case: no Message made, one FIN write
+            return
+        messages = published.messages if published.messages is not None else delivery.messages
+        chosen = [messages[token - first] for token in tokens]
+        if error is None:
+            delivery.done(chosen)
+        elif isinstance(error, NsqErrorResponse) and error.code in REFUSALS:
+            delivery.refuse(chosen, str(error))
+        else:
+            delivery.requeue(chosen)
+
+
+@dataclass(slots=True)
+class _Published:
+    """A delivery's messages put for publishing, until each has its outcome."""
+
+    delivery: Delivery
+    messages: list[Message] | None  # those the JSON filter let through (None: all)
+    count: int
+    accepted_at: float  # for the status lines' latencies
+    left: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.left = self.count
 
 
 class RelaySink:

@@ -7,8 +7,12 @@ or click. It owns:
 - signals.py: SIGINT/SIGTERM (first: stop cleanly; second: exit at once) and SIGHUP,
   in one place for every tool;
 - sinks.py: the Sink interface a consuming tool implements, and Delivery, the messages
-  handed to a sink, which it settles once its output is durable or acknowledged;
+  handed to a sink, which it settles message by message: done once its output is
+  durable or acknowledged, requeued, or refused for good;
 - consuming.py: consumers for several topics, each feeding its sink; FIN only after
-  the sink settles, requeue (with backoff) when it fails; flushes on a timer and when
-  a consumer is starved; the -n budget across topics; stop on signal.
+  the sink settles done, requeue (with backoff) when it fails; flushes on a timer and
+  when a consumer is starved; the -n budget across topics; stop on signal (at once
+  while still connecting);
+- deadletters.py: messages given up (past max_attempts, or refused with a dead-letter
+  destination) kept in a file, a topic or the log before their FIN, and counted.
 """

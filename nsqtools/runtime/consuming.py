@@ -1,31 +1,47 @@
 """Consumers for several topics, each feeding its own sink, until stopped.
 
 run_consumers() opens a consumer per topic (and for topics that appear later, when given
-a way to find them) and, for each batch: keeps it within the -n
-budget shared by all topics (what is past it goes back at once), hands it to the
-topic's sink as a Delivery, and flushes the sink when the consumer is starved (nsqd
-sends nothing more until messages are answered); it ticks it every sink.tick_interval. The
-first SIGINT/SIGTERM, the budget spent or a sink closed for good stops every consumer:
-sinks get a last flush, and what no sink settled is requeued by the consumers' clean
-stop. A sink's passing failure (an OSError) requeues the delivery with backoff and the
-run goes on; a SinkFailed stops every consumer the same way, then ends the run with it.
+a way to find them) and, for each batch: keeps it within the -n budget shared by all
+topics (what is past it goes back at once), hands it to the topic's sink as a Delivery,
+and flushes the sink when the consumer is starved (nsqd sends nothing more until
+messages are answered); it ticks it every sink.tick_interval. It alone answers nsqd for
+the sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused
+is kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
+backoff); messages past max_attempts go to the dead letters too (runtime.deadletters),
+and the run then ends with GivenUp (exit status 1). The first SIGINT/SIGTERM, the budget
+spent or a sink closed for good stops every consumer, at once while it is still
+connecting: sinks get a last flush, and what no sink settled is requeued by the
+consumers' clean stop. A sink's passing failure (an OSError) requeues the delivery with
+backoff and the run goes on; a SinkFailed stops every consumer the same way, then ends
+the run with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 import trio
 
+from nsqtools import formats
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Batch, Consumer, open_consumer
 from nsqtools.errors import NsqError
+from nsqtools.protocol import Message
 from nsqtools.protocol.youzan import StartPosition
+from nsqtools.runtime.deadletters import (
+    PAST_MAX_ATTEMPTS,
+    REFUSED,
+    DeadLetters,
+    DeadLetterSettings,
+    GivenUp,
+    Letters,
+)
 from nsqtools.runtime.signals import watch_signals
 from nsqtools.runtime.sinks import Delivery, Sink, SinkClosed, SinkFailed
 
@@ -55,6 +71,7 @@ class ConsumeSettings:
     topic_refresh: float = 60.0  # seconds between looks for new topics (with a finder)
     partition: int | None = None  # the Youzan fork's: only this partition
     start_at: StartPosition | None = None  # the Youzan fork's: where new channels start
+    dead_letters: DeadLetterSettings = field(default_factory=DeadLetterSettings)
 
 
 @dataclass
@@ -64,6 +81,7 @@ class RunCounters:
     sink_closed: bool = False  # a sink's output went away (a closed pipe)
     delivered: int = 0  # messages handed to sinks (again, after a failure)
     failed: int = 0  # messages whose sink failed them (requeued)
+    given_up: Counter[str] = field(default_factory=Counter)  # kept as dead letters, by why
 
 
 class Budget:
@@ -103,12 +121,15 @@ async def run_consumers(
     are consumed too as they appear: topics created while the run goes on. on_hangup, if
     given, is called on each SIGHUP (else SIGHUP keeps its default: the process ends, as
     Go's tools do). counters, if given, is kept up to date as the run goes (status lines).
-    Raises SinkFailed, once every consumer has stopped, if a sink failed.
+    Raises SinkFailed, once every consumer has stopped, if a sink (or the dead letters)
+    failed; else GivenUp if messages were given up.
     """
     run = _Run(settings, sink_for, find_topics, counters or RunCounters())
     await run.run(on_hangup)
     if run.failure is not None:
         raise run.failure
+    if run.counters.given_up:
+        raise GivenUp(run.counters.given_up, settings.dead_letters.where())
     return run.counters
 
 
@@ -128,10 +149,15 @@ class _Run:
         self.consumers: dict[str, Consumer] = {}
         self.stopped = trio.Event()
         self.drains: list[trio.CancelScope] = []  # a stop gives each a grace, then cancels
+        # What a stop cancels at once: consumers still connecting, the search for topics.
+        self.cancelled_by_stop: set[trio.CancelScope] = set()
         self.failure: SinkFailed | None = None  # the first sink that failed, which ends the run
+        self.dead_letters = DeadLetters(
+            settings.dead_letters, settings.config, counters.given_up, self._fail
+        )
 
     async def run(self, on_hangup: Callable[[], None] | None) -> None:
-        async with trio.open_nursery() as nursery:
+        async with self.dead_letters, trio.open_nursery() as nursery:
             nursery.start_soon(
                 functools.partial(watch_signals, self._stop_on_signal, hangup=on_hangup)
             )
@@ -144,30 +170,50 @@ class _Run:
             nursery.cancel_scope.cancel()
 
     async def _consume(self, topic: str, *, task_status: trio.TaskStatus[None]) -> None:
-        # The consumer closes outside the drain's scope, which a stop may cancel: its
-        # connections are still alive then to requeue what no sink settled.
-        async with self._open(topic) as consumer:
-            self.consumers[topic] = consumer
-            if self.stopped.is_set():
-                consumer.stop()
+        """Consume the topic until stopped; a stop while it connects ends it at once
+        (nothing was taken yet). The consumer closes outside the drain's scope, which a
+        stop may cancel: its connections are still alive then to requeue what no sink
+        settled."""
+        started = False
+        with self._cancelled_by_stop() as connecting:
+            async with self._open(topic) as consumer:
+                self.cancelled_by_stop.discard(connecting)
+                self.consumers[topic] = consumer
+                if self.stopped.is_set():
+                    consumer.stop()
+                task_status.started()
+                started = True
+                with trio.CancelScope() as drain:
+                    self.drains.append(drain)
+                    await self._drain(consumer, self.sink_for(topic))
+                    await self.dead_letters.wait_all_kept()  # FIN'd while connected
+        if not started:
             task_status.started()
-            with trio.CancelScope() as drain:
-                self.drains.append(drain)
-                await self._drain(consumer, self.sink_for(topic))
+
+    @contextlib.contextmanager
+    def _cancelled_by_stop(self) -> Iterator[trio.CancelScope]:
+        with trio.CancelScope() as scope:
+            self.cancelled_by_stop.add(scope)
+            if self.stopped.is_set():
+                scope.cancel()
+            try:
+                yield scope
+            finally:
+                self.cancelled_by_stop.discard(scope)
 
     async def _follow_new_topics(self, topics: trio.Nursery, find_topics: TopicFinder) -> None:
-        while not self.stopped.is_set():
-            try:
-                found = await find_topics()
-            except (OSError, NsqError) as error:
-                log.warning("looking for new topics: %s", error)
-                found = []
-            for topic in found:
-                if topic not in self.consumers and not self.stopped.is_set():
-                    log.info("new topic %s: consuming it", topic)
-                    await topics.start(self._consume, topic)
-            with trio.move_on_after(self.settings.topic_refresh):
-                await self.stopped.wait()
+        with self._cancelled_by_stop():
+            while True:
+                try:
+                    found = await find_topics()
+                except (OSError, NsqError) as error:
+                    log.warning("looking for new topics: %s", error)
+                    found = []
+                for topic in found:
+                    if topic not in self.consumers:
+                        log.info("new topic %s: consuming it", topic)
+                        await topics.start(self._consume, topic)
+                await trio.sleep(self.settings.topic_refresh)
 
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
         settings = self.settings
@@ -178,9 +224,17 @@ class _Run:
             nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
             lookupd_http_addresses=settings.lookupd_http_addresses,
             limit=settings.total or None,
+            give_up=functools.partial(self._give_up, topic),
             partition=settings.partition,
             start_at=settings.start_at,
         )
+
+    def _give_up(self, topic: str, exhausted: Batch) -> None:
+        """The consumer's give-up hook: messages past max_attempts become dead letters."""
+        origin = formats.Origin(topic, self.settings.channel, exhausted.nsqd_address)
+        reason = f"past max_attempts ({self.settings.config.max_attempts})"
+        letters = Letters(origin, exhausted, exhausted.messages, reason, PAST_MAX_ATTEMPTS)
+        self.dead_letters.keep(letters)
 
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:
         async with trio.open_nursery() as nursery:
@@ -207,34 +261,29 @@ class _Run:
         self.stop()
 
     async def _deliver_all(self, consumer: Consumer, sink: Sink) -> None:
-        def failed(delivery: Delivery) -> None:
-            # Not output: not part of -n, and the consumer may deliver them again.
-            self.budget.give_back(delivery.count)
-            consumer.give_back(delivery.count)
-            self.counters.failed += delivery.count
-
+        settler = _Settler(self, consumer)
         # Deliveries the sink has not settled yet, oldest first: while there are none (a
         # sink that settles at once), a starved consumer has nothing to flush for.
         unsettled: deque[Delivery] = deque()
         async for batch in consumer:
             count = self._within_budget(batch)
             if count:
-                delivery = Delivery(consumer.topic, batch, count, failed)
+                delivery = Delivery(consumer.topic, batch, count, settler)
                 self.counters.delivered += count
                 try:
                     await sink.accept(delivery)
                 except SinkClosed:
-                    delivery.failed(backoff=False)
+                    delivery.requeue(delay=0, backoff=False)
                     self.counters.sink_closed = True
                     self.stop()
                     return
                 except SinkFailed as error:
-                    delivery.failed(backoff=False)
+                    delivery.requeue(delay=0, backoff=False)
                     self._fail(error)
                     return
                 except (OSError, NsqError) as error:
                     log.warning("%s: %d messages requeued: %s", consumer.topic, count, error)
-                    delivery.failed()
+                    delivery.requeue()
                 if not delivery.settled:
                     unsettled.append(delivery)
             while unsettled and unsettled[0].settled:
@@ -255,8 +304,49 @@ class _Run:
         self.stopped.set()
         for consumer in self.consumers.values():
             consumer.stop()
+        for scope in self.cancelled_by_stop:
+            scope.cancel()
 
     def _stop_on_signal(self) -> None:
         self.stop()
         for drain in self.drains:
             drain.deadline = trio.current_time() + STOP_GRACE
+
+
+class _Settler:
+    """What the runtime makes of one consumer's deliveries as their sink settles them:
+    FIN, REQ (with the counts and -n that go with it), or a dead letter then FIN."""
+
+    def __init__(self, run: _Run, consumer: Consumer) -> None:
+        self.run = run
+        self.consumer = consumer
+
+    def finish(self, delivery: Delivery, messages: list[Message] | None) -> None:
+        delivery.batch.finish(messages)
+
+    def requeue(
+        self,
+        delivery: Delivery,
+        messages: list[Message] | None,
+        delay: float | None,
+        backoff: bool,
+    ) -> None:
+        delivery.batch.requeue(messages, delay=delay, backoff=backoff)
+        count = delivery.count if messages is None else len(messages)
+        self.run.counters.failed += count
+        self._not_output(count)
+
+    def refuse(self, delivery: Delivery, messages: list[Message], reason: str) -> None:
+        run = self.run
+        if not run.settings.dead_letters.kept:
+            log.warning("%s: %d messages requeued: %s", delivery.topic, len(messages), reason)
+            self.requeue(delivery, messages, None, True)
+            return
+        self._not_output(len(messages))
+        origin = formats.Origin(delivery.topic, run.settings.channel, delivery.nsqd_address)
+        run.dead_letters.keep(Letters(origin, delivery.batch, messages, reason, REFUSED))
+
+    def _not_output(self, count: int) -> None:
+        """Not part of -n: the consumer may deliver that many more."""
+        self.run.budget.give_back(count)
+        self.consumer.give_back(count)

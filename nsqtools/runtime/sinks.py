@@ -1,23 +1,26 @@
 """The Sink interface a consuming tool implements, and Delivery, what it is handed.
 
-The runtime hands a sink each run of messages it may output, as a Delivery, and FINs
-them only when the sink settles the delivery done(): its output is durable (written and
-synced) or acknowledged (by a destination). A sink that cannot output them settles it
-failed(), and the runtime requeues them with backoff. A sink may settle at once (stdout:
-written is done) or later (a file: at its next sync; a relay: when the destination
-answers); flush() asks it to settle everything accepted so far. What is still unsettled
-when the run ends is requeued by the consumer's clean stop: never lost, never FIN'd
-unwritten.
+The runtime hands a sink each run of messages it may output, as a Delivery. The sink
+settles each message once, all together or some at a time: done() when its output is
+durable (written and synced) or acknowledged (by a destination); requeue() when it could
+not output it now (it comes back later, and the consumer backs off); refuse() when it
+can never output it (a destination that will never take it: too big, say). It never
+answers nsqd itself: the runtime alone (its Settler) turns each settlement into FIN or
+REQ, keeps a refused message as a dead letter before it FINs it, counts, and backs off.
+A sink may settle at once (stdout: written is done) or later (a file: at its next sync;
+a relay: when the destination answers); flush() asks it to settle everything accepted
+so far. What is still unsettled when the run ends is requeued by the consumer's clean
+stop: never lost, never FIN'd unwritten.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from nsqtools.consumer import Batch
+    from nsqtools.protocol import Message
 
 
 class SinkClosed(Exception):
@@ -30,44 +33,109 @@ class SinkFailed(Exception):
     every later call and settles nothing more."""
 
 
+class Settler(Protocol):
+    """The runtime's side of settling: what becomes of messages a sink settled.
+    `messages` None means every message of the delivery, none settled before."""
+
+    def finish(self, delivery: Delivery, messages: list[Message] | None) -> None: ...
+
+    def requeue(
+        self,
+        delivery: Delivery,
+        messages: list[Message] | None,
+        delay: float | None,
+        backoff: bool,
+    ) -> None: ...
+
+    def refuse(self, delivery: Delivery, messages: list[Message], reason: str) -> None: ...
+
+
 class Delivery:
     """The first `count` messages of a batch from `topic`, for a sink to output.
 
-    Settle it once: done() FINs them; failed() requeues them (with backoff)."""
+    Settle each message once, with done(), requeue() or refuse(); given no messages,
+    these settle every one not settled yet. A message settled before is skipped."""
 
-    __slots__ = ("_on_failed", "batch", "count", "settled", "topic")
+    __slots__ = ("_all_settled", "_own_ids", "_settled_ids", "_settler", "batch", "count", "topic")
 
-    def __init__(
-        self,
-        topic: str,
-        batch: Batch,
-        count: int,
-        on_failed: Callable[[Delivery], None] | None = None,
-    ) -> None:
+    def __init__(self, topic: str, batch: Batch, count: int, settler: Settler) -> None:
         self.topic = topic
-        self.batch = batch
+        self.batch = batch  # the runtime's, to answer nsqd: sinks settle through the delivery
         self.count = count
-        self.settled = False
-        self._on_failed = on_failed  # the runtime's accounting: not output, not spent
+        self._settler = settler
+        self._settled_ids: set[bytes] | None = None  # settled one by one, if any
+        self._own_ids: set[bytes] | None = None  # the delivery's ids, once needed
+        self._all_settled = False
+
+    @property
+    def messages(self) -> list[Message]:
+        messages = self.batch.messages
+        return messages if self.count == len(messages) else messages[: self.count]
 
     @property
     def bodies(self) -> list[bytes]:
+        """The bodies alone: cheaper than `messages` when that is all a sink needs."""
         bodies = self.batch.bodies
         return bodies if self.count == len(bodies) else bodies[: self.count]
 
-    def done(self) -> None:
-        """The sink's output of these messages is durable or acknowledged: FIN them."""
-        if not self.settled:
-            self.settled = True
-            self.batch.finish()
+    @property
+    def nsqd_address(self) -> str:
+        return self.batch.nsqd_address
 
-    def failed(self, *, backoff: bool = True) -> None:
-        """The sink could not output them: requeue them (and slow down, with backoff)."""
-        if not self.settled:
-            self.settled = True
-            self.batch.requeue(delay=0 if not backoff else None, backoff=backoff)
-            if self._on_failed is not None:
-                self._on_failed(self)
+    @property
+    def settled(self) -> bool:
+        """Every message settled."""
+        return self._all_settled
+
+    def done(self, messages: Sequence[Message] | None = None) -> None:
+        """Their output is durable or acknowledged: FIN them."""
+        chosen = self._take(messages)
+        if chosen is None or chosen:
+            self._settler.finish(self, chosen)
+
+    def requeue(
+        self,
+        messages: Sequence[Message] | None = None,
+        *,
+        delay: float | None = None,
+        backoff: bool = True,
+    ) -> None:
+        """They could not be output now: REQ them (after `delay`, else go-nsq's default
+        for their attempts), and slow down (with backoff)."""
+        chosen = self._take(messages)
+        if chosen is None or chosen:
+            self._settler.requeue(self, chosen, delay, backoff)
+
+    def refuse(self, messages: Sequence[Message], reason: str) -> None:
+        """They can never be output (`reason` says why, in a line): kept as dead letters
+        and FIN'd when a dead-letter destination is set, else requeued with backoff."""
+        chosen = self._take(messages)
+        if chosen:
+            self._settler.refuse(self, chosen, reason)
+
+    def _take(self, messages: Sequence[Message] | None) -> list[Message] | None:
+        """Mark messages settled; those not settled before, or None for every message
+        when none was settled before (the usual case: no sets, no lists)."""
+        if self._all_settled:
+            return []
+        if messages is None:
+            self._all_settled = True
+            if self._settled_ids is None:
+                return None
+            return [message for message in self.messages if message.id not in self._settled_ids]
+        if self._own_ids is None:
+            self._own_ids = {message.id for message in self.messages}
+        settled = self._settled_ids if self._settled_ids is not None else set()
+        chosen = []
+        for message in messages:
+            if message.id not in self._own_ids:
+                raise ValueError("a delivery settles only its own messages")
+            if message.id not in settled:
+                settled.add(message.id)
+                chosen.append(message)
+        self._settled_ids = settled
+        self._all_settled = len(settled) == self.count
+        return chosen
 
 
 class Sink(Protocol):
@@ -77,8 +145,9 @@ class Sink(Protocol):
     tick_interval: float | None
 
     async def accept(self, delivery: Delivery) -> None:
-        """Take the delivery's messages; settle it now or later. May wait (back-pressure).
-        Raise SinkClosed if the output has gone away for good, SinkFailed if it broke."""
+        """Take the delivery's messages; settle them now or later. May wait
+        (back-pressure). Raise SinkClosed if the output has gone away for good,
+        SinkFailed if it broke."""
 
     async def flush(self) -> None:
         """Settle every delivery accepted so far (make the output durable first).
