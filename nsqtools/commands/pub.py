@@ -286,10 +286,10 @@ class _Run:
 
         async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
-            # First SIGINT/SIGTERM: read no more, publish what was read, exit. Second:
-            # exit at once, every record without an answer counted failed (and kept in
-            # the failed file).
-            nursery.start_soon(
+            # First SIGINT/SIGTERM (one that came while starting, too): read no more,
+            # publish what was read, exit. Second: exit at once, every record without an
+            # answer counted failed (and kept in the failed file).
+            await nursery.start(
                 functools.partial(
                     watch_signals, self._stop_reading(reading), before_exit=self._abandon
                 )
