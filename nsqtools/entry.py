@@ -1,5 +1,8 @@
 """Console-script entry points. Each program, before anything else:
 
+- gives a standard stream closed at start (`2>&-`) /dev/null, as Go's runtime does;
+  else the first file or socket the program opens takes its number, and what is meant
+  for stderr goes into a connection to nsqd;
 - answers `-version`/`--version` without importing click or anything else;
 - if it watches for SIGINT/SIGTERM (every Go tool's, and those subcommands of nsq),
   takes them at once: one that comes while it starts is then remembered, never lost nor
@@ -16,12 +19,15 @@ collections).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from nsqtools import __version__
 from nsqtools.runtime.signals import catch_stop_signals
 
 VERSION_FLAGS = (["-version"], ["--version"])
+# The standard streams: fd, mode, name in sys.
+STDIO = ((0, "r", "stdin"), (1, "w", "stdout"), (2, "w", "stderr"))
 # nsq's subcommands that watch the stop signals: the Go tools' and bench.
 NSQ_WATCHING = frozenset({"pub", "stat", "tail", "to-file", "to-http", "to-nsq", "bench"})
 
@@ -34,6 +40,7 @@ class EntryPoint:
         self.module = module
 
     def __call__(self) -> None:
+        open_closed_stdio()
         if sys.argv[1:] in VERSION_FLAGS:
             sys.stdout.write(f"{self.program} v{__version__}\n")
             return
@@ -46,6 +53,22 @@ class EntryPoint:
     def watches_signals(self, args: list[str]) -> bool:
         """Every Go tool does; nsq when its subcommand does."""
         return self.program != "nsq" or (bool(args) and args[0] in NSQ_WATCHING)
+
+
+def open_closed_stdio() -> None:
+    """Open /dev/null as each standard stream that was closed at start."""
+    for fd, mode, name in STDIO:
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if mode == "r" else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            # Python found it closed and left sys.stdin (or stdout, stderr) None. The new
+            # one lives as long as the program, as the one Python makes does.
+            stream = open(fd, mode, errors="backslashreplace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
 
 
 nsq = EntryPoint("nsq", "nsqtools.commands")
