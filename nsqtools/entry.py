@@ -1,36 +1,80 @@
-"""Console-script entry points: each program answers `-version`/`--version` without
-importing click or anything else, then hands over to its command module.
+"""Console-script entry points. Each program, before anything else:
+
+- gives a standard stream closed at start (`2>&-`) /dev/null, as Go's runtime does;
+  else the first file or socket the program opens takes its number, and what is meant
+  for stderr goes into a connection to nsqd;
+- answers `-version`/`--version` without importing click or anything else;
+- if it watches for SIGINT/SIGTERM (every Go tool's, and those subcommands of nsq),
+  takes them at once: one that comes while it starts is then remembered, never lost nor
+  a traceback (nsqtools.runtime.signals). A command that does not watch them keeps
+  Python's defaults: the first signal interrupts it;
+
+then hands over to its command module.
 
 Start-up is part of the experience: `nsq_tail --version` should cost an interpreter
-start and no more.
+start and no more. So this module and what it imports before the signals are taken
+load nothing the interpreter has not loaded already (no typing, importlib or
+collections).
 """
 
 from __future__ import annotations
 
-import importlib
+import os
 import sys
-from collections.abc import Callable
 
 from nsqtools import __version__
+from nsqtools.runtime.signals import catch_stop_signals
 
 VERSION_FLAGS = (["-version"], ["--version"])
+# The standard streams: fd, mode, name in sys.
+STDIO = ((0, "r", "stdin"), (1, "w", "stdout"), (2, "w", "stderr"))
+# nsq's subcommands that watch the stop signals: the Go tools' and bench.
+NSQ_WATCHING = frozenset({"pub", "stat", "tail", "to-file", "to-http", "to-nsq", "bench"})
 
 
-def _entry_point(program: str, module: str) -> Callable[[], None]:
-    def main() -> None:
+class EntryPoint:
+    """A program: `program` run by the `main()` of `module`."""
+
+    def __init__(self, program: str, module: str) -> None:
+        self.program = program
+        self.module = module
+
+    def __call__(self) -> None:
+        open_closed_stdio()
         if sys.argv[1:] in VERSION_FLAGS:
-            sys.stdout.write(f"{program} v{__version__}\n")
+            sys.stdout.write(f"{self.program} v{__version__}\n")
             return
-        importlib.import_module(module).main()
+        if self.watches_signals(sys.argv[1:]):
+            catch_stop_signals()
+        import importlib
 
-    main.__name__ = program
-    return main
+        importlib.import_module(self.module).main()
+
+    def watches_signals(self, args: list[str]) -> bool:
+        """Every Go tool does; nsq when its subcommand does."""
+        return self.program != "nsq" or (bool(args) and args[0] in NSQ_WATCHING)
 
 
-nsq = _entry_point("nsq", "nsqtools.commands")
-nsq_tail = _entry_point("nsq_tail", "nsqtools.commands.tail")
-to_nsq = _entry_point("to_nsq", "nsqtools.commands.pub")
-nsq_to_file = _entry_point("nsq_to_file", "nsqtools.commands.to_file")
-nsq_to_nsq = _entry_point("nsq_to_nsq", "nsqtools.commands.relay_nsq")
-nsq_to_http = _entry_point("nsq_to_http", "nsqtools.commands.relay_http")
-nsq_stat = _entry_point("nsq_stat", "nsqtools.commands.stat")
+def open_closed_stdio() -> None:
+    """Open /dev/null as each standard stream that was closed at start."""
+    for fd, mode, name in STDIO:
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if mode == "r" else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            # Python found it closed and left sys.stdin (or stdout, stderr) None. The new
+            # one lives as long as the program, as the one Python makes does.
+            stream = open(fd, mode, errors="backslashreplace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
+
+
+nsq = EntryPoint("nsq", "nsqtools.commands")
+nsq_tail = EntryPoint("nsq_tail", "nsqtools.commands.tail")
+to_nsq = EntryPoint("to_nsq", "nsqtools.commands.pub")
+nsq_to_file = EntryPoint("nsq_to_file", "nsqtools.commands.to_file")
+nsq_to_nsq = EntryPoint("nsq_to_nsq", "nsqtools.commands.relay_nsq")
+nsq_to_http = EntryPoint("nsq_to_http", "nsqtools.commands.relay_http")
+nsq_stat = EntryPoint("nsq_stat", "nsqtools.commands.stat")

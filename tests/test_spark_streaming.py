@@ -5,6 +5,8 @@ sink through a destination nsqd's restart."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -260,17 +262,37 @@ while reader.latestOffset(start, ReadMaxRows(1000)) == start:
     assert time.monotonic() < deadline, "no message came"
     time.sleep(0.01)  # polling the reader, as Spark does
 print("holding", flush=True)
+"""
+HOLD = READER_SCRIPT + "time.sleep(120)\n"
+# Spark's thread (this one) holds the source's lock until it reads a line.
+HOLD_THE_LOCK = (
+    READER_SCRIPT
+    + """
+with reader.live.held.lock:
+    print("locked", flush=True)
+    sys.stdin.readline()
 time.sleep(120)
 """
+)
+
+
+def requeued(nsqd: Nsqd, count: int) -> Callable[[], bool]:
+    """Every message back: msg_timeout is 2 minutes, so within the wait the worker
+    requeued them."""
+
+    def check() -> bool:
+        stats = nsqd.channel_stats(TOPIC, "term")
+        return (stats.depth, stats.in_flight_count) == (count, 0) and stats.requeue_count > 0
+
+    return check
 
 
 def test_sigterm_to_the_readers_worker_requeues_at_once(nsqd: Nsqd) -> None:
-    """Spark may end the reader's worker with SIGTERM and no stop(): msg_timeout is 2
-    minutes, so messages back within the wait were requeued by the worker."""
+    """Spark may end the reader's worker with SIGTERM and no stop()."""
     nsqd.create_channels(TOPIC, "term")
     nsqd.publish_many(TOPIC, bodies(20))
     worker = subprocess.Popen(
-        [sys.executable, "-c", READER_SCRIPT, TOPIC, nsqd.tcp_address],
+        [sys.executable, "-c", HOLD, TOPIC, nsqd.tcp_address],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -281,9 +303,119 @@ def test_sigterm_to_the_readers_worker_requeues_at_once(nsqd: Nsqd) -> None:
         assert worker.wait(30) == -signal.SIGTERM
     finally:
         worker.kill()
+    wait_until(requeued(nsqd, 20), 30, "every message requeued")
 
-    def requeued() -> bool:
-        stats = nsqd.channel_stats(TOPIC, "term")
-        return (stats.depth, stats.in_flight_count) == (20, 0) and stats.requeue_count > 0
 
-    wait_until(requeued, 30, "every message requeued")
+def test_sigterm_twice_while_sparks_thread_holds_the_lock_requeues_and_ends(nsqd: Nsqd) -> None:
+    """SIGTERM comes while Spark's thread holds the source's lock, and the consumer's
+    thread waits for it (a message arrived): the handler must not wait for the consumer
+    in the thread it interrupted, and a second SIGTERM is the same one again."""
+    nsqd.create_channels(TOPIC, "term")
+    nsqd.publish_many(TOPIC, bodies(20))
+    worker = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, TOPIC, nsqd.tcp_address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdin is not None and worker.stdout is not None
+        assert worker.stdout.readline() == "holding\n"
+        assert worker.stdout.readline() == "locked\n"
+        nsqd.publish(TOPIC, b"while locked")
+        wait_until(lambda: waits_for_a_lock(worker.pid), 30, "the consumer to wait for the lock")
+        worker.send_signal(signal.SIGTERM)
+        worker.send_signal(signal.SIGTERM)
+        worker.stdin.write("\n")
+        worker.stdin.flush()
+        assert worker.wait(30) == -signal.SIGTERM
+    finally:
+        worker.kill()
+    wait_until(requeued(nsqd, 21), 30, "every message requeued")
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    """The process's threads other than its main one: one waits for a lock (a futex),
+    none waits in epoll (trio's loop, idle)."""
+    waits = {
+        (task / "wchan").read_text()
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        if task.name != str(pid)
+    }
+    return "futex_do_wait" in waits and "do_epoll_wait" not in waits
+
+
+def test_a_worker_whose_parent_is_gone_requeues_and_exits(nsqd: Nsqd) -> None:
+    """A JVM that was killed sends no SIGTERM and calls no stop(): the worker, its child
+    (here a shell's), must not stay behind holding messages."""
+    nsqd.create_channels(TOPIC, "term")
+    nsqd.publish_many(TOPIC, bodies(20))
+    worker = shlex.join([sys.executable, "-c", HOLD, TOPIC, nsqd.tcp_address])
+    parent = subprocess.Popen(
+        ["sh", "-c", f"{worker} & echo $!; wait"], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    try:
+        assert parent.stdout.readline() == "holding\n"
+        parent.kill()
+        parent.wait()
+        wait_until(lambda: not alive(pid), 30, "the orphaned worker to exit")
+    finally:
+        parent.kill()
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(requeued(nsqd, 20), 30, "every message requeued")
+
+
+def alive(pid: int) -> bool:
+    """Running: not gone, nor a zombie nobody has reaped yet."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def source_workers() -> set[int]:
+    """The Python workers this test run's Spark runs for streaming sources' readers."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+            if b"python_streaming_source_runner" in command and ours(int(entry.name)):
+                found.add(int(entry.name))
+        except (OSError, ValueError):  # not a process, or one that has ended
+            continue
+    return found
+
+
+def ours(pid: int) -> bool:
+    """A descendant of this process (the machine may run other Sparks)."""
+    while pid > 1:
+        status = Path(f"/proc/{pid}/status").read_text()
+        pid = int(status.split("\nPPid:")[1].split()[0])
+        if pid == os.getpid():
+            return True
+    return False
+
+
+def test_sigterm_twice_to_a_querys_source_worker(
+    nsq_spark: Any, nsqd: Nsqd, queries: list[Any]
+) -> None:
+    """The reader's worker of a running query gets SIGTERM twice, as the JVM, then its
+    process group, may send it: it requeues what it holds at once and ends."""
+    sent = bodies(40)
+    nsqd.publish_many(TOPIC, sent)
+    before = source_workers()
+    gate = Gate()
+    options = {"msg_timeout": "2m", "maxMessagesPerTrigger": "10"}
+    query = source(nsq_spark, nsqd, "worker", **options).writeStream.foreachBatch(gate).start()
+    queries.append(query)
+    assert gate.entered.wait(WAIT), "the first batch"
+    workers = source_workers() - before
+    for worker in workers:
+        os.kill(worker, signal.SIGTERM)
+        os.kill(worker, signal.SIGTERM)
+    wait_until(lambda: not any(map(alive, workers)), 30, "the workers to end")
+    gate.release.set()
+    wait_until(lambda: nsqd.channel_stats(TOPIC, "worker").depth == len(sent), 30, "requeued")

@@ -286,10 +286,10 @@ class _Run:
 
         async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
-            # First SIGINT/SIGTERM: read no more, publish what was read, exit. Second:
-            # exit at once, every record without an answer counted failed (and kept in
-            # the failed file).
-            nursery.start_soon(
+            # First SIGINT/SIGTERM (one that came while starting, too): read no more,
+            # publish what was read, exit. Second: exit at once, every record without an
+            # answer counted failed (and kept in the failed file).
+            await nursery.start(
                 functools.partial(
                     watch_signals, self._stop_reading(reading), before_exit=self._abandon
                 )
@@ -299,6 +299,7 @@ class _Run:
             with reading:
                 for source in sources:
                     await self._publish_source(source)
+            await self._give(len(self.held))  # what --rate held back when reading stopped
             await producer.flush()
             nursery.cancel_scope.cancel()
 
@@ -316,17 +317,26 @@ class _Run:
         try:
             async for records in split_records(read_chunks(fd), self.delimiter):
                 self.held = records
-                while bucket is not None and len(self.held) > 0:
-                    granted = bucket.take(len(self.held), trio.current_time())
-                    await self._put(self.held[:granted])
-                    self.held = self.held[granted:]
+                while bucket is not None and self.held:
+                    await self._give(bucket.take(len(self.held), trio.current_time()))
                     if self.held:
                         await trio.sleep(bucket.wait_time(trio.current_time()))
-                await self._put(self.held)
-                self.held = []
+                await self._give(len(self.held))
         finally:
             if fd != 0:
                 os.close(fd)
+
+    async def _give(self, count: int) -> None:
+        """Queue the first `count` records held. Each leaves `held` as it is queued
+        (put_many queues up to PUT_MANY_CHUNK records before it may wait), so that a
+        second signal meanwhile counts every record once."""
+        from nsqtools.producer import PUT_MANY_CHUNK
+
+        while count > 0:
+            piece = min(count, PUT_MANY_CHUNK)
+            records, self.held = self.held[:piece], self.held[piece:]
+            count -= piece
+            await self._put(records)
 
     async def _put(self, records: list[bytes]) -> None:
         """Queue records read; a signal stops the reading, never the queueing of what was read."""

@@ -9,7 +9,7 @@ nsqd that fails is said on stderr and polled again; rates over the measured inte
 with each nsqd's rows, the rates' history, paused state and e2e latency.
 
 Blocking, for a start within Go's: the polls run on threads (httpapi.blocking), the
-beat on the monotonic clock, signals end the run (runtime.signals.stopped_by_signals);
+beat on the monotonic clock, signals end the run (runtime.signals.run_until_stopped);
 neither trio nor httpx is imported.
 """
 
@@ -201,11 +201,9 @@ class TextOutput:
 
 
 def stat(settings: StatSettings) -> None:
-    import signal
-
     from nsqtools.commands.stdio import silence_stdout
     from nsqtools.httpapi.blocking import BlockingClient
-    from nsqtools.runtime.signals import stopped_by_signals
+    from nsqtools.runtime.signals import run_until_stopped
     from nsqtools.stats.polling import Poller, beats
     from nsqtools.stats.tracking import Tracker
 
@@ -213,15 +211,19 @@ def stat(settings: StatSettings) -> None:
     client = BlockingClient(settings.connect_timeout, settings.request_timeout, agent)
     poller = Poller(settings.cluster, settings.topic, settings.channel)
     tracker = Tracker(settings.topic, settings.channel)
-    with stopped_by_signals(signal.SIGHUP), _output(settings) as output:  # Go: SIGHUP stops too
-        for _ in beats(settings.interval, settings.count):
-            poll = client.run(poller.poll())
-            report = tracker.update(
-                poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
-            )
-            if not output.show(report):
-                silence_stdout()
-                break
+
+    def poll_and_show() -> None:
+        with _output(settings) as output:
+            for _ in beats(settings.interval, settings.count):
+                poll = client.run(poller.poll())
+                report = tracker.update(
+                    poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
+                )
+                if not output.show(report):
+                    silence_stdout()
+                    break
+
+    run_until_stopped(poll_and_show, hangup_stops=True)  # Go: SIGHUP stops too
 
 
 def _output(settings: StatSettings) -> AbstractContextManager[Output]:

@@ -158,11 +158,15 @@ class _Run:
 
     async def run(self, on_hangup: Callable[[], None] | None) -> None:
         async with self.dead_letters, trio.open_nursery() as nursery:
-            nursery.start_soon(
+            # Started first: a stop that came while the program started stops it here,
+            # before any consumer subscribes.
+            await nursery.start(
                 functools.partial(watch_signals, self._stop_on_signal, hangup=on_hangup)
             )
             async with trio.open_nursery() as topics:
                 for topic in self.settings.topics:
+                    if self.stopped.is_set():
+                        break
                     # One at a time: a refused address or a TLS failure raises here.
                     await topics.start(self._consume, topic)
                 if self.find_topics is not None:

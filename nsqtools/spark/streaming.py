@@ -5,8 +5,9 @@ driver for the query's reader. Messages are taken into micro-batches (at most
 maxMessagesPerTrigger each) and stay in flight, TOUCHed before nsqd's msg_timeout,
 until Spark commits their batch: only then are they FIN'd. A stopped or failed query
 requeues what it holds at once (REQ 0 after RDY 0, so nothing is sent straight back):
-on stop(), and on SIGTERM, which is how Spark may end the worker without stop(). So
-delivery is at least once, and each row has the message id for deduplication.
+on stop(), and on SIGTERM, which is how Spark may end the worker without stop(); a
+worker whose parent (the JVM, or Spark's daemon) is gone requeues and ends itself too.
+So delivery is at least once, and each row has the message id for deduplication.
 
 Two things keep the source from stalling. Spark commits batch k only when it plans
 batch k+1: with nothing new the last batch would never be committed, and a window of
@@ -70,6 +71,8 @@ COLUMNS = ["id", "body", "timestamp", "attempts", "topic", "nsqd_address"]
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = 1000
 # How long a stopping source may take to requeue what it holds.
 STOP_TIMEOUT = 10.0
+# How often the source's worker looks whether its parent is still there.
+PARENT_CHECK_INTERVAL = 0.5
 # Options that are ours, not go-nsq's (Spark gives option names in lower case).
 _SOURCE_OPTIONS = frozenset(
     {"topic", "channel", "nsqd_tcp_addresses", "lookupd_http_addresses", "maxmessagespertrigger"}
@@ -209,6 +212,7 @@ class LiveConsumer:
             self._started.set()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._touch_held)
+                nursery.start_soon(_end_with_parent)
                 async for batch in consumer:
                     with self.held.lock:
                         self.held.waiting.append(_Taken(batch, batch.messages))
@@ -266,11 +270,13 @@ class LiveConsumer:
             log.warning("the consumer had stopped: %d messages come back from nsqd", len(taken))
 
     def close(self) -> None:
-        """Stop: RDY 0, then everything not FIN'd is requeued at once. Safe twice."""
+        """Stop: RDY 0, then everything not FIN'd is requeued at once. Safe twice, from
+        any thread but the consumer's; waits STOP_TIMEOUT at most (the consumer's thread
+        may wait for `held.lock`, which the caller's thread may hold)."""
         consumer, token = self._consumer, self._token
         if consumer is not None and token is not None:
             with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(consumer.stop, trio_token=token)
+                token.run_sync_soon(consumer.stop)
         self._thread.join(STOP_TIMEOUT)
 
 
@@ -385,20 +391,44 @@ def _max_rows(limit: ReadLimit) -> int | None:
 
 
 def _requeue_on_exit(live: LiveConsumer) -> None:
-    """Spark may end the reader's worker with SIGTERM and no stop(): requeue first."""
+    """Spark may end the reader's worker with SIGTERM and no stop(): requeue first, then
+    die of it. The handler only starts the requeue, in a thread: in the main thread,
+    which it interrupts, Spark's calls may hold `held.lock`, which the consumer's thread
+    may be waiting for; so it returns at once, and a SIGTERM while the requeue goes on
+    (STOP_TIMEOUT at most) is the same one again. Once it is done, the process is sent
+    SIGTERM anew, which the previous handler (if any) and then the default take."""
     atexit.register(live.close)
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
+    requeueing, requeued = threading.Event(), threading.Event()
 
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    def requeue_then_end() -> None:
         live.close()
-        if callable(previous):
-            previous(signum, frame)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        requeued.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if requeued.is_set():
+            if callable(previous):
+                previous(signum, frame)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif not requeueing.is_set():
+            requeueing.set()
+            threading.Thread(target=requeue_then_end, name="nsq-source-stop").start()
+
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+async def _end_with_parent() -> None:
+    """End the worker, as SIGTERM does, once its parent is gone (it has a new one): no
+    stop() and no SIGTERM will come from a JVM that was killed."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await trio.sleep(PARENT_CHECK_INTERVAL)
+    log.warning("the process that started this worker is gone: requeueing, then exiting")
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 # -- the sink ---------------------------------------------------------------------------
