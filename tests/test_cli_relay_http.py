@@ -12,6 +12,7 @@ import re
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -116,6 +117,27 @@ def test_a_failed_request_requeues_and_nothing_is_lost(
     assert "Traceback" not in stderr
 
 
+def peak_memory(pid: int) -> int:
+    """The most memory (resident, bytes) the process has held so far: VmHWM."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (kilobytes,) = re.findall(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE)
+    return int(kilobytes) * 1024
+
+
+def test_huge_answers_cost_bounded_memory(nsqd: Nsqd, server: WebServer) -> None:
+    """An endpoint answering 300 MB bodies: each is read to its end and dropped (the
+    connection stays alive), and the relay's memory stays near its usual size: 33 MB
+    measured (reading whole answers, it peaked at 1.1 GB)."""
+    nsqd.publish_many(TOPIC, bodies(2))
+    server.script(*[Answer(filler=300_000_000)] * 2)
+    argv = relay_argv(OURS, nsqd, "huge", f"--post={server.url}/in")
+    with running(argv) as tool:
+        wait_until(lambda: nsqd.drained(TOPIC, "huge"), 60, "huge drained")
+        peak = peak_memory(tool.process.pid)
+    assert peak < 100_000_000, f"{peak:,} bytes"
+    assert "[summary]: 2 sent, 0 requeued" in tool.stderr
+
+
 def test_an_answer_slower_than_the_request_timeout_is_a_failure(
     nsqd: Nsqd, server: WebServer
 ) -> None:
@@ -153,6 +175,49 @@ def test_retry_after_defers_the_message_for_that_long(nsqd: Nsqd, server: WebSer
         wait_until(deferred, 10, "the message deferred")
         assert len(server.received) == 1  # not sent again before the 30 s
     assert "requeued for 30s (Retry-After)" in tool.stderr
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_redirects_followed_where_the_message_arrives_whole(
+    nsqd: Nsqd, server: WebServer, method: str, status: int
+) -> None:
+    """A GET follows any redirect (the message is in its URL), a POST a 307 or 308 (body
+    kept): the message is FIN'd once the new address took it. A POST answered 301 or
+    302 is requeued, not resent as a GET without its body (Go's, which loses it), and
+    the redirect is logged once, not at every attempt."""
+    with WebServer() as moved:
+        nsqd.publish(TOPIC, b"one")
+        location = f"{moved.url}/moved?d=one"
+        server.default = Answer(status=status, headers=(("Location", location),))
+        option = f"--get={server.url}/in?d=%s" if method == "get" else f"--post={server.url}/in"
+        retry_fast = "--consumer-opt=default_requeue_delay,0"
+        argv = relay_argv(OURS, nsqd, method, option, retry_fast)
+        followed = method == "get" or status in (307, 308)
+        if followed:
+            stderr = relay_until_drained(argv, nsqd, method)
+            (request,) = moved.received
+            expected = b"GET /moved?d=one" if method == "get" else b"POST /moved?d=one"
+            assert request.request_line == expected + b" HTTP/1.1"
+            assert request.body == (b"" if method == "get" else b"one")
+            assert f"got status code {status} to {moved.url}/moved?...: followed" in stderr
+        else:
+            with running(argv) as tool:
+                server.wait_for_requests(3)  # sent, redirected, requeued, sent again...
+            assert moved.received == []
+            assert not nsqd.drained(TOPIC, method)
+            why = f"got status code {status} to {moved.url}/moved?...: not followed"
+            assert tool.stderr.count(why) == 1, tool.stderr
+
+
+def test_a_redirect_loop_is_a_failure_after_ten(nsqd: Nsqd, server: WebServer) -> None:
+    nsqd.publish(TOPIC, b"loop")
+    server.default = Answer(status=307, headers=(("Location", "/in"),))
+    retry_fast = "--consumer-opt=default_requeue_delay,0"
+    with running(relay_argv(OURS, nsqd, "loop", f"--post={server.url}/in", retry_fast)) as tool:
+        server.wait_for_requests(2 * 11)  # twice: the request and 10 redirects
+    assert "stopped after 10 redirects: 1 requeued" in tool.stderr
+    assert tool.stderr.count("got status code 307") == 1  # the redirect, logged once
 
 
 def test_get_succeeds_on_200_only_post_on_any_2xx(nsqd: Nsqd, server: WebServer) -> None:

@@ -213,6 +213,29 @@ def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path:
     }
 
 
+def test_a_pattern_against_a_topic_named_to_freeze_it_matches_at_once(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A pattern that backtracks without end in Python's re, and a topic named to make
+    it (anyone who can publish can name one): RE2 matches in linear time, as Go's
+    regexp does, so the topic is skipped, the one that matches is archived, and SIGTERM
+    stops the tool (a frozen match ignored it)."""
+    out = tmp_path / "out"
+    adversarial = "a" * 63 + "b"  # the longest topic name nsqd takes
+    cluster.publish_many(adversarial, lambda nsqd: [b"not wanted"])
+    cluster.publish_many("aaaa", lambda nsqd: [b"wanted"])
+    args = [
+        f"--lookupd-http-address={cluster.lookupd.http_address}",
+        "--topic-pattern=^(a+)+$",
+        f"--output-dir={out}",
+        *NAMING,
+    ]
+    with running([*OURS, *args]) as tool:
+        wait_until(lambda: fin_d(cluster.nsqd, "aaaa", "nsq_to_file", 1), 20, "aaaa archived")
+    assert archive_tree(out) == {"aaaa.host.2026.log": b"wanted\n"}
+    assert f"skipping topic {adversarial} (doesn't match pattern ^(a+)+$)" in tool.stderr
+
+
 def test_status_line_shows_rates_and_counts(nsqd: Nsqd, tmp_path: Path) -> None:
     nsqd.publish_many(TOPIC, bodies(100))
     common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
@@ -299,7 +322,11 @@ def test_skip_empty_files_closes_instead_of_opening_as_go(nsqd: Nsqd, tmp_path: 
         ),
         (
             ["--topic-pattern=(", "--lookupd-http-address=127.0.0.1:4161"],
-            "--topic-pattern",
+            "--topic-pattern '(': missing ): (",
+        ),
+        (
+            ["--topic-pattern=(?=x)", "--lookupd-http-address=127.0.0.1:4161"],
+            "--topic-pattern '(?=x)': invalid perl operator: (?=",
         ),
         (
             ["--topic=t", "--nsqd-tcp-address=127.0.0.1:4150", "--consumer-opt=nope,1"],

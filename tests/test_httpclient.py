@@ -12,7 +12,13 @@ from email.utils import formatdate
 import pytest
 import trio
 
-from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
+from nsqtools.httpclient.pool import (
+    KEPT_BODY_BYTES,
+    ConnectionPool,
+    HttpFailure,
+    Response,
+    retry_after_seconds,
+)
 from nsqtools.httpclient.requests import GetTarget, PostTarget
 from nsqtools.testing import TlsFiles
 from nsqtools.testing.webserver import Answer, SilentListener, WebServer
@@ -196,6 +202,31 @@ async def test_bytes_beyond_the_content_length_end_the_connection(server: WebSer
         assert (await post(pool, server)).body == b"a"
         assert (await post(pool, server)).body == b"ok\n"
     assert server.connections == 2
+
+
+LONG_BODY = b"start" + b"x" * (3 * KEPT_BODY_BYTES)
+
+
+def chunked(body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+
+@pytest.mark.parametrize(
+    "long_answer",
+    [Answer(body=LONG_BODY[:5], filler=len(LONG_BODY) - 5), Answer(raw=chunked(LONG_BODY))],
+    ids=["content-length", "chunked"],
+)
+async def test_a_long_body_is_kept_in_part_and_the_connection_reused(
+    server: WebServer, long_answer: Answer
+) -> None:
+    """Only the start of a long answer is kept; the rest is read off the connection,
+    which then carries the next request."""
+    server.script(long_answer)
+    async with ConnectionPool() as pool:
+        assert (await post(pool, server)).body == LONG_BODY[:KEPT_BODY_BYTES]
+        assert (await post(pool, server)).body == b"ok\n"
+    assert server.connections == 1
 
 
 async def test_no_http_in_the_answer(server: WebServer) -> None:

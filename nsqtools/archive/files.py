@@ -6,7 +6,9 @@ would cost more) and opens and closes files in a worker thread. With gzip, every
 writes the records gathered since the last one as one complete gzip member, so each
 member on disk holds only records that were synced before their messages were FIN'd, and
 a file cut after its last complete member is whole. The members' header is Go's (no
-mtime, OS 255), so our files and Go's differ in no header byte.
+mtime, OS 255), so our files and Go's differ in no header byte. A file is opened with
+its directories made and its name synced (the entries a power loss would otherwise
+take), once per file, not per sync.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import os
 import struct
 import zlib
 from pathlib import Path
+
+from nsqtools.archive.placing import fsync_directory, make_directories
 
 # Go's compress/gzip header: magic, deflate, no flags, mtime 0, then XFL, then OS 255.
 _GZIP_MAGIC = b"\x1f\x8b\x08\x00\x00\x00\x00\x00"
@@ -50,9 +54,18 @@ class ArchiveFile:
 
     @classmethod
     def open(cls, path: Path, *, exclusive: bool, gzip_level: int | None) -> ArchiveFile:
-        """Open for appending, or create it exclusively (FileExistsError if it exists)."""
+        """Open for appending, or create it exclusively (FileExistsError if it exists),
+        making its missing directories. The directory entries are synced before any
+        record is: a file fsync() does not make its name durable, and a power loss must
+        not take a file whose messages were FIN'd."""
+        make_directories(path.parent)
         mode = os.O_EXCL if exclusive else os.O_APPEND
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | mode, 0o666)
+        try:
+            fsync_directory(path.parent)
+        except OSError:
+            os.close(fd)
+            raise
         return cls(path, fd, gzip_level)
 
     def add(self, records: bytes) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from nsqtools.archive.names import FilenameFormat
 from nsqtools.archive.placing import (
     fsync_directory,
+    make_directories,
     move_without_overwrite,
     remove_abandoned_copies,
 )
@@ -56,7 +57,7 @@ class Marker:
     @classmethod
     def create(cls, work_dir: Path, opened: OpenFile) -> Marker:
         directory = work_dir / MARKERS
-        directory.mkdir(mode=0o770, exist_ok=True)
+        make_directories(directory)  # synced: a power loss must not take every marker
         path = directory / f"{os.getpid()}-{next(_serial)}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o660)
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -143,6 +144,7 @@ def _repair(
         placed = _placed_before(source, destinations(output_dir, names, opened))
         if placed is not None:
             source.unlink()  # the crash came between the link and the unlink
+            fsync_directory(source.parent)  # before the marker goes: else it comes back
             return placed
     recovered = cut_back(source, gzip=opened.gzip)
     if recovered.kept == 0:

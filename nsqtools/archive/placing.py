@@ -8,7 +8,9 @@ candidates (named PARTIAL_PREFIX...) and synced, and the temporary is linked ins
 crash mid-copy leaves that temporary, never part of a file under a candidate name. The
 temporary is locked (flock) while in use: remove_abandoned_copies() removes only those
 of processes that died.
-Directory entries are synced too: a placed file survives a power loss.
+Directory entries are synced too: a placed file survives a power loss, and so does a
+directory made here or a file created beside others (make_directories, fsync_directory:
+the archive's other modules use them for every file and directory they make).
 
 Synchronous and blocking: the archive sink calls it from a worker thread.
 """
@@ -69,7 +71,7 @@ class _OnOtherFilesystem(OSError):
 
 def _link_first_free(target: Path, candidates: Iterator[Path]) -> Path:
     for candidate in candidates:
-        _make_directories(candidate.parent)
+        make_directories(candidate.parent)
         try:
             _link(target, candidate)
         except FileExistsError:
@@ -133,12 +135,12 @@ def _remove_if_abandoned(path: Path) -> bool:
         os.close(descriptor)
 
 
-def _make_directories(directory: Path) -> None:
+def make_directories(directory: Path) -> None:
     """Make `directory` and its missing parents, each with DIRECTORY_MODE (os.makedirs
     gives the parents the default mode) and each entry synced."""
     if directory.is_dir():
         return
-    _make_directories(directory.parent)
+    make_directories(directory.parent)
     with suppress(FileExistsError):  # made by another process meanwhile
         directory.mkdir(DIRECTORY_MODE)
         fsync_directory(directory.parent)

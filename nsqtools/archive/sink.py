@@ -218,7 +218,6 @@ class TopicArchive:
                 log.warning("%s output file already exists: %s", self._where, relative_path)
                 self._rev += 1
                 continue
-            path.parent.mkdir(mode=0o770, parents=True, exist_ok=True)
             opened = OpenFile(self._stem, self._rev, relative_path, settings.gzip_level is not None)
             marker = Marker.create(settings.work_dir, opened)
             archive = self._open(path, marker)

@@ -10,7 +10,6 @@ terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on 
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from nsqtools.config import ClientConfig
     from nsqtools.runtime.deadletters import DeadLetterSettings
     from nsqtools.runtime.sinks import SinkFailed
-    from nsqtools.runtime.topics import LookupdTopics
+    from nsqtools.runtime.topics import LookupdTopics, TopicPattern
 
 TOOL = "nsq_to_file"
 
@@ -54,7 +53,7 @@ TOOL = "nsq_to_file"
 @dataclass
 class ToFileSettings:
     topics: list[str]  # given with --topic (and matching --topic-pattern)
-    pattern: re.Pattern[str] | None
+    pattern: TopicPattern | None
     nsqd_tcp_addresses: list[str]
     lookupd_http_addresses: list[str]
     topic_refresh: float
@@ -217,12 +216,15 @@ def _settings(options: dict[str, Any]) -> ToFileSettings:
     )
 
 
-def _pattern(text: str | None) -> re.Pattern[str] | None:
+def _pattern(text: str | None) -> TopicPattern | None:
+    """Go's syntax (RE2's), matched in linear time: see nsqtools.runtime.topics."""
     if not text:
         return None
+    from nsqtools.runtime.topics import BadTopicPattern, TopicPattern
+
     try:
-        return re.compile(text)
-    except re.error as error:
+        return TopicPattern(text)
+    except BadTopicPattern as error:
         fail(f"--topic-pattern {text!r}: {error}")
 
 

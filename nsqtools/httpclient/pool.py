@@ -11,6 +11,11 @@ stand-in of the same method, as only the method changes how an answer is framed.
         response = await pool.send(target.request(body))   # from any number of tasks
         response.status, response.header("retry-after"), response.body
 
+An answer's body is read to its end (so that the connection can be kept alive, as Go's
+nsq_to_http reads and discards it) but only its first KEPT_BODY_BYTES are kept: what an
+endpoint sends back costs bounded memory however long it is (a long answer is read by
+h11, a block at a time).
+
 Per origin, an idle connection is reused (the most recently used first), else a new one
 is opened, at most `max_connections_per_origin` at once (more senders wait their turn;
 None: no limit, for callers whose own number of senders bounds them).
@@ -42,6 +47,8 @@ from nsqtools.httpclient.answers import SimpleHead, simple_head
 from nsqtools.httpclient.requests import Origin, Request
 
 _RECEIVE_SIZE = 65536
+# The start of an answer's body kept in Response.body: enough to quote in a log line.
+KEPT_BODY_BYTES = 65536
 _END = h11.EndOfMessage()
 # What h11 is told was sent, by method: the real head and body are sent as given.
 _STAND_INS = {
@@ -63,7 +70,7 @@ class Response(NamedTuple):
 
     status: int
     headers: list[tuple[bytes, bytes]]  # names in lower case, as h11 gives them
-    body: bytes
+    body: bytes  # its first KEPT_BODY_BYTES: the rest was read and dropped
 
     def header(self, name: str) -> str | None:
         """The first value of a header (any case of `name`), or None."""
@@ -104,8 +111,8 @@ class _Stale(Exception):
 class Connection:
     """One HTTP/1.1 connection over a trio stream: sends a request, reads its answer.
 
-    A plain answer (answers.simple_head) is read here; any other is read by h11, fed
-    every byte received for it so far."""
+    A plain answer (answers.simple_head) whose body is kept whole is read here; any
+    other is read by h11, fed every byte received for it so far."""
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -129,7 +136,7 @@ class Connection:
             raise _NoAnswer
         self.answer_started = True
         head = simple_head(first)
-        if head is None:
+        if head is None or head.content_length > KEPT_BODY_BYTES:
             return await self._read_with_h11(request, [first])
         return await self._read_plain(request, head, first)
 
@@ -177,15 +184,16 @@ class Connection:
                 raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
 
     async def _body(self, answer: h11.Connection) -> bytes:
-        chunks = []
+        """The body's first KEPT_BODY_BYTES; the rest is read and dropped as it comes."""
+        kept = bytearray()
         while True:
             event = answer.next_event()
             if type(event) is h11.Data:
-                chunks.append(event.data)
+                kept += event.data[: KEPT_BODY_BYTES - len(kept)]
             elif event is h11.NEED_DATA:
                 answer.receive_data(await self._receive_some())
             elif type(event) is h11.EndOfMessage:
-                return b"".join(chunks)
+                return bytes(kept)
             else:
                 raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
 

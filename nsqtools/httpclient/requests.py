@@ -221,7 +221,10 @@ class PostTarget:
         url = parse_url(address)
         self.address = address
         self.origin = url.origin
-        all_headers = {"Content-Type": content_type, **(headers or {})}
+        self.content_type = content_type
+        self.headers = dict(headers or {})  # the --header ones, for a redirect
+        self.user_agent = user_agent
+        all_headers = {"Content-Type": content_type, **self.headers}
         start, rest, self._closes = _header_lines(url, "POST", user_agent, all_headers)
         self._start = start + b"Content-Length: "
         self._rest = b"\r\n" + rest
@@ -229,6 +232,10 @@ class PostTarget:
     def request(self, body: bytes) -> Request:
         data = b"%s%d%s%s" % (self._start, len(body), self._rest, body)
         return Request(self.origin, "POST", data, self._closes)
+
+    def url(self, body: bytes) -> str:
+        """The URL the body's request goes to."""
+        return self.address
 
 
 class GetTarget:
@@ -245,13 +252,42 @@ class GetTarget:
         url = _parse_get_template(template, before, after)
         self.address = template
         self.origin = url.origin
-        start, rest, self._closes = _header_lines(url, "GET", user_agent, headers or {})
+        self.headers = dict(headers or {})  # for a redirect
+        self.user_agent = user_agent
+        start, rest, self._closes = _header_lines(url, "GET", user_agent, self.headers)
         cut = start.index(b" HTTP/1.1\r\n") - len(_wire(after.partition("#")[0]))
         self._before, self._after = start[:cut], start[cut:] + rest
+        self._url_before, self._url_after = before, after
 
     def request(self, body: bytes) -> Request:
         data = self._before + query_escape(body) + self._after
         return Request(self.origin, "GET", data, self._closes)
+
+    def url(self, body: bytes) -> str:
+        """The URL the body's request goes to."""
+        return self._url_before + query_escape(body).decode("ascii") + self._url_after
+
+
+class UrlGet:
+    """A GET of one URL that already holds the message (where a redirect pointed)."""
+
+    def __init__(
+        self, address: str, headers: Mapping[str, str], user_agent: str = USER_AGENT
+    ) -> None:
+        url = parse_url(address)
+        self.address = address
+        self.origin = url.origin
+        self.headers = dict(headers)
+        self.user_agent = user_agent
+        start, rest, closes = _header_lines(url, "GET", user_agent, self.headers)
+        self._request = Request(url.origin, "GET", start + rest, closes)
+
+    def request(self, body: bytes) -> Request:
+        """The same request whatever the body: the URL holds it already."""
+        return self._request
+
+    def url(self, body: bytes) -> str:
+        return self.address
 
 
 def _parse_get_template(template: str, before: str, after: str) -> Url:

@@ -12,7 +12,10 @@ batch nsqd sent, not one per message; measured: a fifth more messages per second
 429 or 503 with Retry-After is requeued for that long (capped by the consumer's max
 requeue delay), so nsqd holds the message while the endpoint asked for quiet. Which
 endpoint: the --mode's host policy (nsqtools.hostpolicy), or every endpoint in turn
-with `all` (a failure at any requeues the message: Go's behaviour).
+with `all` (a failure at any requeues the message: Go's behaviour). Redirects are
+followed where the message arrives whole, else are a failure (nsqtools.httpclient.
+redirects); each redirect is logged once, not per message. An answer's body is read
+and dropped (the pool keeps only its start).
 
 With batch_size > 1 (--post only), up to that many messages of a delivery go as one
 POST, their bodies each followed by a newline (NDJSON when they are JSON), settled
@@ -33,7 +36,8 @@ import trio
 
 from nsqtools.hostpolicy import make_policy
 from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
-from nsqtools.httpclient.requests import GetTarget, PostTarget
+from nsqtools.httpclient.redirects import MAX_REDIRECTS, redirection
+from nsqtools.httpclient.requests import GetTarget, PostTarget, UrlGet
 from nsqtools.protocol.frames import Message
 from nsqtools.relays.status import RelayStatus
 from nsqtools.runtime.sinks import Delivery
@@ -51,6 +55,7 @@ LATENCY_SAMPLES = 10_000  # kept for the summary's percentiles (a uniform sample
 # that can be out at once succeeded: one send to nsqd for many, while the rest of the
 # in-flight window keeps the senders busy.
 FIN_GATHER_SECONDS = 0.002
+TOLD_AT_MOST = 1000  # distinct lines logged once (redirects), remembered at a time
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,7 @@ class HttpRelay:
         self._succeeded: list[tuple[_Work, float]] = []  # to FIN, with how long each took
         self._succeeded_messages = 0
         self._fin_due = trio.Event()
+        self._told: set[str] = set()  # lines logged once
         self._nursery_manager = trio.open_nursery()
 
     async def __aenter__(self) -> Self:
@@ -257,18 +263,38 @@ class HttpRelay:
         return [self._policy.pick(trio.current_time())]
 
     async def _request(self, target: Target, body: bytes) -> tuple[str, float | None]:
-        """Why the request failed ("" if it did not), and the Retry-After it came with."""
-        try:
-            response = await self._pool.send(target.request(body))
-        except HttpFailure as error:
-            return str(error), None
-        if _accepted(target, response):
-            return "", None
+        """Why the request failed ("" if it did not), and the Retry-After it came with.
+        Redirects are followed where the message arrives whole (httpclient.redirects)."""
+        sent_to: Target | UrlGet = target
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                response = await self._pool.send(sent_to.request(body))
+            except HttpFailure as error:
+                return str(error), None
+            if _accepted(sent_to, response):
+                return "", None
+            redirect = redirection(sent_to, body, response.status, response.header("location"))
+            if redirect is None:
+                break
+            self._tell_once(redirect.why)
+            if redirect.target is None:
+                break
+            sent_to = redirect.target
+        else:
+            return f"{target.address}: stopped after {MAX_REDIRECTS} redirects", None
         reason = f"{target.address}: got status code {response.status}"
         if response.status in (429, 503):
             value = response.header("retry-after")
             return reason, None if value is None else retry_after_seconds(value)
         return reason, None
+
+    def _tell_once(self, line: str) -> None:
+        """Log a line the first time only (a redirect, the same for many messages)."""
+        if line not in self._told:
+            if len(self._told) == TOLD_AT_MOST:
+                self._told.clear()  # bounded memory; an old line may be logged again
+            self._told.add(line)
+            self.report(line)
 
     def _mark(self, index: int, failure: str, took: float) -> None:
         if self._policy is None:
@@ -302,8 +328,8 @@ class HttpRelay:
             self._all_answered.set()
 
 
-def _accepted(target: Target, response: Response) -> bool:
+def _accepted(target: Target | UrlGet, response: Response) -> bool:
     """Go's rule: a GET succeeds on 200 only, a POST on any 2xx."""
-    if isinstance(target, GetTarget):
-        return response.status == 200
-    return 200 <= response.status < 300
+    if isinstance(target, PostTarget):
+        return 200 <= response.status < 300
+    return response.status == 200

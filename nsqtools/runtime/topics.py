@@ -5,16 +5,23 @@ they appear (nsq_to_file with no --topic). Each call asks every lookupd for its 
 (a lookupd that fails is logged and skipped) and keeps those the pattern matches
 anywhere in the name (Go's unanchored regexp.MatchString) and the tool accepts. Each
 topic skipped is logged once, not at every refresh.
+
+A TopicPattern is a --topic-pattern: RE2's syntax, which is Go's, matched by RE2 in
+time linear in the name's length. Anyone who can publish can name a topic, so a
+backtracking engine (Python's re) could be frozen by a name built against the pattern
+(`^(a+)+$` and 63 "a" then "b"). A pattern RE2 refuses (Python's lookarounds and
+backreferences: Go refuses them too) is a BadTopicPattern, one line.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 
 import httpx
+import re2
 
+from nsqtools.errors import NsqError
 from nsqtools.httpapi import lookupd
 from nsqtools.httpapi.call import HttpApiError, send
 
@@ -24,11 +31,34 @@ log = logging.getLogger("nsqtools.runtime")
 TopicCheck = Callable[[str], str | None]
 
 
+class BadTopicPattern(NsqError):
+    """A pattern RE2 (Go's syntax) refuses; str() is RE2's reason."""
+
+
+class TopicPattern:
+    """A pattern matched anywhere in a topic name, in linear time."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        options = re2.Options()
+        options.log_errors = False  # RE2 would also log the error, on stderr
+        try:
+            self._regexp = re2.compile(text, options)
+        except re2.error as error:
+            reason = error.args[0]
+            raise BadTopicPattern(
+                reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+            ) from None
+
+    def search(self, topic: str) -> bool:
+        return self._regexp.search(topic) is not None
+
+
 class LookupdTopics:
     def __init__(
         self,
         addresses: Sequence[str],
-        pattern: re.Pattern[str] | None,
+        pattern: TopicPattern | None,
         *,
         connect_timeout: float,
         request_timeout: float,
@@ -53,7 +83,7 @@ class LookupdTopics:
 
     def _wanted(self, topic: str) -> bool:
         if self.pattern is not None and not self.pattern.search(topic):
-            self._skip(topic, f"doesn't match pattern {self.pattern.pattern}")
+            self._skip(topic, f"doesn't match pattern {self.pattern.text}")
             return False
         reason = self.check(topic) if self.check is not None else None
         if reason is not None:

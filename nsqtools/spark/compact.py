@@ -9,6 +9,12 @@ One shuffle and one sort do it all: rows are distributed by partition (topic, da
 hour), which the deduplication's key includes, sorted by that key within each task, and
 each output partition is then written by one task. The counts come from Spark's
 observed metrics, gathered while the job runs.
+
+Before anything is published, the rows each write left where the driver can read them
+(the Parquet footers, read here) are checked against the rows its tasks wrote (the
+observed count): an executor whose files land where the driver does not look (an --out
+that is not shared storage) would otherwise make a partial output look complete. Any
+difference is RowsMissing, and nothing is published.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from nsqtools.errors import NsqError
 from nsqtools.spark import commit
 from nsqtools.spark.messages import local_uri, message_schema
 
@@ -36,6 +44,10 @@ COMPACTED_SCHEMA = T.StructType(
         T.StructField("hour", T.IntegerType()),
     ]
 )
+
+
+class RowsMissing(NsqError):
+    """The rows a write left in the output are not those its tasks wrote."""
 
 
 @dataclass(frozen=True)
@@ -65,13 +77,16 @@ def compact(
         F.count_if(~F.col("malformed") & F.col("id").isNotNull()).alias("envelopes"),
     )
     rows = _partitioned(observed.where(~F.col("malformed")).drop("malformed"))
-    unique = _deduplicated(rows).observe(kept, _envelope_count())
+    unique = _deduplicated(rows).observe(kept, *_counts())
     with commit.staging_directory(out) as staging:
         new, merged = staging / "new", staging / "merged"
         unique.write.partitionBy(*PARTITION_COLUMNS).parquet(local_uri(new, to_read=False))
-        both = [name for name in commit.partitions(new) if (out / name).is_dir()]
-        merged_copies = _merge(spark, new, out, both, sources, merged) if both else 0
-        partitions = _rows_by_partition(spark, new) | _rows_by_partition(spark, merged)
+        partitions = _checked_rows(new, kept.get["rows"], out)
+        both = [name for name in partitions if (out / name).is_dir()]
+        merged_copies = 0
+        if both:  # merged holds them now, with their new counts
+            merged_partitions, merged_copies = _merge(spark, new, out, both, sources, merged)
+            partitions |= merged_partitions
         commit.publish(merged, out)
         commit.publish(new, out)
     counts_read, counts_kept = read.get, kept.get
@@ -103,9 +118,9 @@ def _merge(
     both: list[str],
     sources: Sequence[str],
     merged: Path,
-) -> int:
+) -> tuple[dict[str, int], int]:
     """Write under merged the partitions named `both`: the new rows with out's rows
-    from other files; the copies left out."""
+    from other files; the rows in each, and the copies left out."""
     compacted_again = spark.createDataFrame([(source,) for source in sources], "file string")
     kept_rows = read_compacted(spark, out, both).join(
         F.broadcast(compacted_again), "file", "left_anti"
@@ -113,18 +128,20 @@ def _merge(
     fresh = read_compacted(spark, new, both)
     union = kept_rows.unionByName(fresh).select(*fresh.columns).repartition(*PARTITION_COLUMNS)
     before, after = Observation("before"), Observation("after")
-    unique = _deduplicated(union.observe(before, _envelope_count()))
-    unique.observe(after, _envelope_count()).write.partitionBy(*PARTITION_COLUMNS).parquet(
+    unique = _deduplicated(union.observe(before, *_counts()))
+    unique.observe(after, *_counts()).write.partitionBy(*PARTITION_COLUMNS).parquet(
         local_uri(merged, to_read=False)
     )
+    partitions = _checked_rows(merged, after.get["rows"], out)
     for name in both:
         shutil.rmtree(new / name)  # merged holds them now
     copies: int = before.get["envelopes"] - after.get["envelopes"]
-    return copies
+    return partitions, copies
 
 
-def _envelope_count() -> Column:
-    return F.count_if(F.col("id").isNotNull()).alias("envelopes")
+def _counts() -> tuple[Column, Column]:
+    """Rows, and envelope rows (raw ones have no id), as observed metrics."""
+    return F.count(F.lit(1)).alias("rows"), F.count_if(F.col("id").isNotNull()).alias("envelopes")
 
 
 def with_partition_columns(rows: DataFrame) -> DataFrame:
@@ -155,12 +172,21 @@ def _deduplicated(rows: DataFrame) -> DataFrame:
     return ranked.where(F.col("copy") == 1).drop("copy")
 
 
-def _rows_by_partition(spark: SparkSession, written: Path) -> dict[str, int]:
-    """Rows per partition directory, from the Parquet footers just written."""
-    if not commit.partitions(written):
-        return {}
-    counts = read_compacted(spark, written).groupBy(*PARTITION_COLUMNS).count()
-    return {
-        "/".join(f"{name}={row[name]}" for name in PARTITION_COLUMNS): row["count"]
-        for row in counts.collect()
+def _checked_rows(written: Path, meant: int, out: Path) -> dict[str, int]:
+    """Rows per partition directory under `written`, from the Parquet footers the driver
+    can read; RowsMissing unless they add up to `meant`, the rows the tasks wrote."""
+    partitions = {
+        name: sum(
+            pyarrow.parquet.read_metadata(path).num_rows
+            for path in (written / name).iterdir()
+            if path.is_file() and not path.name.startswith((".", "_"))
+        )
+        for name in commit.partitions(written)
     }
+    found = sum(partitions.values())
+    if found != meant:
+        raise RowsMissing(
+            f"{out}: Spark's tasks wrote {meant} rows, {found} are in the output: nothing "
+            "published (--out must be storage the driver and every executor share)"
+        )
+    return partitions

@@ -5,8 +5,10 @@ processes built by scripts/install-nsq, the small AUTH service nsqd can be point
 running the Go reference utilities side by side with ours (run from this copy of the
 package), the faults every tool's tests reuse (a throttled, silent or cut link:
 proxy.py; a lookupd answering junk: junklookupd.py; a second filesystem, real or
-pretended, a full or a read-only one, a file size limit: filesystems.py), and work
-bounds without timers (bytes allocated per step: work.py).
+pretended, a full or a read-only one, a file size limit: filesystems.py), work
+bounds without timers (bytes allocated per step: work.py), and a Spark standalone
+cluster on loopback whose workers can each have a private output dir
+(spark_cluster.py, imported by name: it needs the spark extra and Java).
 Nothing here fakes upstream nsqd. The one stand-in is youzan.py: a scripted server of the
 Youzan fork, which cannot be built here, following ../shared/spec/youzan.md.
 """

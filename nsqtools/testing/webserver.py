@@ -6,7 +6,8 @@ never does: each request is recorded byte for byte (Received: the head and the b
 they arrived, and which connection carried it), then answered as the next scripted
 Answer says (in order of arrival; when none is left, `default`, which may be changed
 at any time; the requests answered 2xx are kept apart in `accepted`): any status and
-headers (a 429 with Retry-After), a held answer (past a client's timeout, until
+headers (a 429 with Retry-After), a body of any length streamed from a small
+block (hundreds of MB without holding them), a held answer (past a client's timeout, until
 released or the server stops), a reset instead of an answer, a Content-Length that
 does not match the body, bytes that are no HTTP, or closing the connection after
 answering. Connections are kept alive otherwise. With TlsFiles, it serves https.
@@ -36,6 +37,7 @@ from nsqtools.testing.lifetime import StartsAndStops
 
 _HEAD_END = b"\r\n\r\n"
 _WAIT = 10.0
+_FILLER_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class Answer:
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b"ok\n"
+    # This many more bytes of body after `body`, sent a block at a time, never held
+    # whole in memory (and counted in the Content-Length).
+    filler: int = 0
     # The Content-Length to claim, when it should not be the body's length.
     content_length: int | None = None
     # Close the connection after answering, without saying so (as a server closing an
@@ -60,7 +65,9 @@ class Answer:
     def encode(self) -> bytes:
         if self.raw is not None:
             return self.raw
-        length = len(self.body) if self.content_length is None else self.content_length
+        length = (
+            len(self.body) + self.filler if self.content_length is None else self.content_length
+        )
         lines = [f"HTTP/1.1 {self.status} Status {self.status}", f"Content-Length: {length}"]
         lines += [f"{key}: {value}" for key, value in self.headers]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + self.body
@@ -216,6 +223,7 @@ class WebServer(StartsAndStops):
             connection.close()
             return False
         connection.sendall(answer.encode())
+        _send_filler(connection, answer.filler)
         return not answer.close
 
 
@@ -238,6 +246,13 @@ def _read_request(
             return None, buffer
         buffer += chunk
     return Received(head, buffer[:length], number), buffer[length:]
+
+
+def _send_filler(connection: socket.socket, size: int) -> None:
+    block = b"x" * _FILLER_BLOCK
+    while size > 0:
+        connection.sendall(block[:size])
+        size -= len(block)
 
 
 def _address_of(listener: socket.socket) -> str:
