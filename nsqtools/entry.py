@@ -28,8 +28,10 @@ from nsqtools.runtime.signals import catch_stop_signals
 VERSION_FLAGS = (["-version"], ["--version"])
 # The standard streams: fd, mode, name in sys.
 STDIO = ((0, "r", "stdin"), (1, "w", "stdout"), (2, "w", "stderr"))
-# nsq's subcommands that watch the stop signals: the Go tools' and bench.
-NSQ_WATCHING = frozenset({"pub", "stat", "tail", "to-file", "to-http", "to-nsq", "bench"})
+# nsq's subcommands that watch the stop signals: the Go tools', bench and archive's jobs.
+NSQ_WATCHING = frozenset(
+    {"pub", "stat", "tail", "to-file", "to-http", "to-nsq", "bench", "archive"}
+)
 
 
 class EntryPoint:

@@ -175,3 +175,29 @@ def test_a_bad_condition_or_topic_is_one_line(
     assert run.exit_code == 1
     [line] = run.stderr.splitlines()
     assert line.startswith("nsq archive: error: ") and "bad topic!" in line, line
+
+
+def test_a_stop_signal_cancels_the_job_and_says_so(nsqd: Nsqd, tmp_path: Path) -> None:
+    """SIGTERM while replay publishes (a whole program, its own Spark): the job is
+    cancelled, exit 1 with one line (part may have gone out), no traceback, at once."""
+    import signal
+    import subprocess
+
+    from nsqtools.testing import our_tool, wait_until
+
+    source = archive(tmp_path / "in", "orders", [message(i, b"m%d" % i) for i in range(300)])
+    argv = [*our_tool("nsq"), "archive", "replay", str(source), "--topic=replayed"]
+    argv += [f"--nsqd-tcp-address={nsqd.tcp_address}", "--rate=20"]
+    with subprocess.Popen(argv, stderr=subprocess.PIPE) as tool:
+
+        def publishing() -> bool:
+            topics = nsqd.stats(topic="replayed").topics
+            return bool(topics) and topics[0].message_count > 0
+
+        wait_until(publishing, 120, "replay to publish")
+        tool.send_signal(signal.SIGTERM)
+        _, stderr = tool.communicate(timeout=60)
+    assert tool.returncode == 1, stderr
+    assert stderr.decode().strip().endswith("stopped by a signal before the job's end")
+    assert b"Traceback" not in stderr
+    assert nsqd.stats(topic="replayed").topics[0].message_count < 300

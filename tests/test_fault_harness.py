@@ -91,11 +91,13 @@ def _pieces(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[start:end] for start, end in itertools.pairwise(edges)]
 
 
-def _run(sent: list[str], exit_code: int, stderr: str = "", kept: int = 0) -> Run:
+def _run(
+    sent: list[str], exit_code: int, stderr: str = "", kept: int = 0, early: bool = False
+) -> Run:
     process = subprocess.Popen(["true"])
     process.wait()
     run = Run(0, process, 0.0, Path("out"), Path("err"), sent=sent, exit_code=exit_code)
-    run.stderr, run.kept = stderr, kept
+    run.stderr, run.kept, run.before_handler = stderr, kept, early
     return run
 
 
@@ -143,6 +145,9 @@ def test_the_tally_says_which_exit_statuses_lie() -> None:
         _run(["SIGKILL"], -9),
         _run([], 1, error),
         _run(["SIGTERM"], 1, error, kept=3),
+        # Before the program's first line: Python's start, not judged.
+        _run(["SIGINT twice"], 1, "Traceback (most recent call last):\n", early=True),
+        _run(["SIGTERM"], -15, early=True),
     ]
     lying = [
         _run(["SIGINT twice"], 130),

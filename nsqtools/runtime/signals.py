@@ -5,8 +5,9 @@ One handler takes SIGINT and SIGTERM from a program's first line to its end (the
 point calls catch_stop_signals() before any slow import) and sorts each as it arrives:
 
 - the first is the stop. Whoever watches acts on it (watch_signals for the trio tools,
-  run_until_stopped for a blocking one, nsq_stat); one that came before anyone watched
-  is remembered and acted on as soon as someone does.
+  run_until_stopped for a blocking one, nsq_stat; StopCalls for work another thread
+  can stop, nsq archive's Spark jobs); one that came before anyone watched is
+  remembered and acted on as soon as someone does.
 - one within SAME_STOP of the first is that stop again: GNU timeout signals the tool
   and then its process group, a supervisor may signal a process and its group.
 - a later one exits at once with 128+signal, once the watcher has said what is lost.
@@ -211,3 +212,27 @@ def run_until_stopped(work: Callable[[], None], *, hangup_stops: bool = False) -
         give_back()
         if hangup_stops:
             _signal.signal(_signal.SIGHUP, _signal.SIG_IGN)
+
+
+class StopCalls:
+    """For the body of the block, the stop calls on_stop() (from the signal handler, in
+    the main thread: it must not block; it may start a thread that stops the work, as
+    cancelling a Spark job does), at once if the stop came before; a second exits at once
+    with 128+signal."""
+
+    def __init__(self, on_stop: Callable[[], None]) -> None:
+        self.on_stop = on_stop
+        self._give_back: Callable[[], None] = lambda: None
+
+    def _stop(self) -> None:
+        if _stops.take_pending():
+            self.on_stop()
+
+    def __enter__(self) -> None:
+        self._give_back = _take_stop_signals()
+        if _stops.watch(self._stop, exit_at_once):
+            self.on_stop()
+
+    def __exit__(self, *exc_info: object) -> None:
+        _stops.unwatch()
+        self._give_back()

@@ -1,6 +1,6 @@
 """What the `nsq archive` subcommands share: the archive options, and running a job on
-a SparkSession with a progress display on stderr (a terminal only) and Spark's failures
-as one line.
+a SparkSession with a progress display on stderr (a terminal only), Spark's failures
+as one line, and the first SIGINT/SIGTERM cancelling the job (exit 1, said in a line).
 
 The session is started while the archives are scanned (both take seconds); a session
 that already exists (spark-submit's, or a test run's) is used and left running.
@@ -8,6 +8,7 @@ that already exists (spark-submit's, or a test run's) is used and left running.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ import click
 
 from nsqtools.commands.cluster_cli import Column, Table
 from nsqtools.commands.front import fail
+from nsqtools.runtime.signals import StopCalls
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -195,8 +197,9 @@ def run_job(
     settings = _settings(options)
     log_file = session.default_log_file()
     seconds: dict[str, float] = {}
+    stop = _JobStop()
     try:
-        with _Progress(console) as progress:
+        with StopCalls(stop.now), _Progress(console) as progress:
             progress.status("starting Spark and scanning the archives")
             with ThreadPoolExecutor(1) as pool:
                 prepared = pool.submit(_timed, prepare)
@@ -206,6 +209,8 @@ def run_job(
                 value, seconds["scan"] = prepared.result()
             started = time.perf_counter()
             try:
+                stop.spark = spark
+                stop.check()
                 result = progress.follow(spark, lambda: job(spark, value))
             finally:
                 seconds["job"] = time.perf_counter() - started
@@ -214,9 +219,33 @@ def run_job(
     except Exception as error:
         if not session.is_spark_error(error):
             raise
+        stop.check()
         fail(f"Spark: {_first_line(error)} (Spark's log: {log_file})")
     log_file.unlink(missing_ok=True)
     return JobRun(result, seconds)
+
+
+class _JobStop:
+    """The first SIGINT/SIGTERM cancels the job's Spark jobs (from a thread: the signal
+    handler must not wait on the JVM); the command then ends with exit 1, saying that it
+    stopped before its end (compact publishes nothing of a job cut short; replay may
+    have published part: running it again publishes all, duplicates included)."""
+
+    def __init__(self) -> None:
+        self.spark: SparkSession | None = None
+        self.stopped = False
+
+    def now(self) -> None:
+        self.stopped = True
+        if self.spark is not None:
+            context = self.spark.sparkContext
+            threading.Thread(target=context.cancelAllJobs, daemon=True).start()
+
+    def check(self) -> None:
+        """End the command if the stop came (a job that ended all the same has done its
+        work: its result stands)."""
+        if self.stopped:
+            fail("stopped by a signal before the job's end")
 
 
 def _settings(options: dict[str, Any]) -> Any:

@@ -109,11 +109,20 @@ class Tally:
             after = "no progress after it" if recovered is None else f"{recovered:.2f}s"
             lines.append(f"  recovery {after} after {fault.describe()}")
         lines += [f"  {run.describe()}" for run in self.runs]
+        early = [run.number for run in self.runs if run.before_handler]
+        if early:
+            lines.append(
+                f"  runs {early}: signalled while the interpreter started, before the "
+                "program's first line (not judged: what Python does then is Python's)"
+            )
         lines += [f"  PROBLEM {problem}" for problem in self.run_problems()]
         return "\n".join(lines)
 
 
 def _run_problem(run: Run) -> str | None:
+    if run.before_handler:
+        # Python's own start: the tools' first line takes the signals (README, Signals).
+        return None
     if "Traceback (most recent call last)" in run.stderr:
         return "a traceback"
     if run.killed or run.exit_code is None:
