@@ -17,6 +17,8 @@ from nsqtools.testing.faults.targets_spark import ReplayTarget, StreamSinkTarget
 
 # to_nsq --rate: slower than the records come, so that records wait in the limiter.
 RATE = 40
+# A max_attempts that an endpoint down for a second exhausts: messages are given up.
+MAX_ATTEMPTS = 2
 
 TARGETS: dict[str, Callable[[int], Target]] = {
     "nsq_tail": TailTarget,
@@ -25,6 +27,9 @@ TARGETS: dict[str, Callable[[int], Target]] = {
     "nsq_to_file work dir": lambda messages: ToFileTarget("work dir", messages),
     "nsq_to_nsq": RelayNsqTarget,
     "nsq_to_http": RelayHttpTarget,
+    f"nsq_to_http max_attempts={MAX_ATTEMPTS}": lambda messages: RelayHttpTarget(
+        messages, MAX_ATTEMPTS
+    ),
     "to_nsq": PublishTarget,
     f"to_nsq --rate={RATE}": lambda messages: PublishTarget(messages, rate=RATE),
     StreamSourceTarget.name: StreamSourceTarget,

@@ -40,6 +40,7 @@ from nsqtools.testing.faults.harness import (
     Target,
     World,
 )
+from nsqtools.testing.faults.runs import Run
 from nsqtools.testing.faults.schedule import Fault, FaultKind, Schedule
 from nsqtools.testing.filesystems import small_filesystem
 from nsqtools.testing.webserver import Answer, WebServer
@@ -78,9 +79,14 @@ class ConsumingTarget(Target):
     program = ""  # our entry point and Go's binary: nsq_tail, nsq_to_file, ...
     dead_letters = True  # ours keeps given-up messages in --dead-letter-file
 
-    def __init__(self, messages: int = MESSAGES) -> None:
+    def __init__(self, messages: int = MESSAGES, max_attempts: int = 0) -> None:
         self.bodies = numbered(messages)
         self.go_program = self.program or None
+        # Given: messages past it are given up (ours: dead letters; Go's: FIN'd, lost).
+        self.max_attempts = max_attempts
+        if max_attempts:
+            self.name = f"{self.name} max_attempts={max_attempts}"
+        self._dead_so_far = 0
         self._fed = threading.Event()
         self._retries = 0
         self._feeder: threading.Thread | None = None
@@ -95,6 +101,7 @@ class ConsumingTarget(Target):
             f"--topic={TOPIC}",
             f"--channel={CHANNEL}",
             *(f"--consumer-opt={option}" for option in CONSUMER_OPTS),
+            f"--consumer-opt=max_attempts,{self.max_attempts}",
             *self.options(implementation),
         ]
         if implementation == "go":
@@ -179,6 +186,11 @@ class ConsumingTarget(Target):
     def kept(self) -> Counter[bytes]:
         return Counter(dead_letter_bodies(self.dead_letter_file))
 
+    def run_ended(self, run: Run) -> None:
+        """How many messages the run gave up (the dead letters it added)."""
+        dead = len(dead_letter_bodies(self.dead_letter_file))
+        run.kept, self._dead_so_far = dead - self._dead_so_far, dead
+
 
 def dead_letter_bodies(path: Path) -> list[bytes]:
     """The bodies of a dead-letter file's JSON envelopes."""
@@ -215,11 +227,11 @@ class ToFileTarget(ConsumingTarget):
     kinds = (*NSQD_FAULTS, FaultKind.DISK_FULL)
 
     def __init__(self, variant: str, messages: int = MESSAGES) -> None:
-        super().__init__(messages)
         if variant not in ("plain", "gzip", "work dir"):
             raise ValueError(f"no such nsq_to_file variant: {variant}")
         self.variant = variant
         self.name = f"nsq_to_file {variant}"
+        super().__init__(messages)
         self._stack = ExitStack()
         self.filesystem = Path()
 
