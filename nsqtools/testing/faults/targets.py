@@ -171,7 +171,24 @@ class ConsumingTarget(Target):
             return quiet_checks >= 2
 
         harness.supervise_until(done, FINISH_DEADLINE, "the channel to be emptied")
+        if harness.notes:
+            harness.notes.append(f"then: {self._state()}")
         harness.stop_tool()
+
+    def _state(self) -> str:
+        """What the finish waited on, for a report."""
+        ledger = self.world.tap.ledger if self.world.tap is not None else None
+        unfinished = sorted(ledger.body_of[i] for i in ledger.unfinished) if ledger else []
+        try:
+            topic = self.world.nsqd.stats(topic=TOPIC).topic(TOPIC)
+            channel = topic.channel(CHANNEL)
+            stats = (
+                f"topic depth {topic.depth}, channel depth {channel.depth}, in flight "
+                f"{channel.in_flight_count}, deferred {channel.deferred_count}"
+            )
+        except Exception as error:  # what nsqd says is what is reported, even a failure
+            stats = f"no stats: {error}"
+        return f"{stats}; delivered, not FIN'd: {len(unfinished)} {unfinished[:5]}"
 
     def _all_answered(self) -> bool:
         ledger = self.world.tap.ledger if self.world.tap is not None else None
