@@ -19,7 +19,8 @@ import struct
 import zlib
 from pathlib import Path
 
-from nsqtools.archive.placing import fsync_directory, make_directories
+from nsqtools.archive.placing import make_directories
+from nsqtools.durable import fsync_directory
 
 # Go's compress/gzip header: magic, deflate, no flags, mtime 0, then XFL, then OS 255.
 _GZIP_MAGIC = b"\x1f\x8b\x08\x00\x00\x00\x00\x00"

@@ -24,12 +24,12 @@ from pathlib import Path, PurePosixPath
 
 from nsqtools.archive.names import FilenameFormat
 from nsqtools.archive.placing import (
-    fsync_directory,
     make_directories,
     move_without_overwrite,
     remove_abandoned_copies,
 )
 from nsqtools.archive.recovery import cut_back
+from nsqtools.durable import fsync_directory
 
 log = logging.getLogger("nsqtools.archive")
 

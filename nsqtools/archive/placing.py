@@ -9,8 +9,9 @@ crash mid-copy leaves that temporary, never part of a file under a candidate nam
 temporary is locked (flock) while in use: remove_abandoned_copies() removes only those
 of processes that died.
 Directory entries are synced too: a placed file survives a power loss, and so does a
-directory made here or a file created beside others (make_directories, fsync_directory:
-the archive's other modules use them for every file and directory they make).
+directory made here or a file created beside others (make_directories here, and
+nsqtools.durable's fsync_directory: the archive's modules use them for every file and
+directory they make).
 
 Synchronous and blocking: the archive sink calls it from a worker thread.
 """
@@ -28,6 +29,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from itertools import chain
 from pathlib import Path
+
+from nsqtools.durable import fsync_directory
 
 PARTIAL_PREFIX = ".nsqtools-partial-"
 ABANDONED_AFTER = 10.0  # seconds since a temporary last changed before it may be removed
@@ -50,15 +53,6 @@ def move_without_overwrite(source: Path, candidates: Iterable[Path]) -> Path:
     # Else a power loss could bring the source back, to be placed a second time.
     fsync_directory(source.parent)
     return placed
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make the entries of `directory` (files created, linked or removed) durable."""
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 class _OnOtherFilesystem(OSError):

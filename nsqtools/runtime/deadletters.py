@@ -36,6 +36,7 @@ import trio
 from nsqtools import formats
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Batch
+from nsqtools.durable import fsync_directory
 from nsqtools.errors import NsqError, describe_file_error
 from nsqtools.producer import Producer
 from nsqtools.protocol import Message
@@ -231,7 +232,7 @@ def _open_for_append(path: Path) -> BinaryIO:
     made = not path.exists()
     file = path.open("ab")
     if made:
-        _sync_directory(path.parent)
+        fsync_directory(path.parent)
     return file
 
 
@@ -239,11 +240,3 @@ def _append(file: BinaryIO, data: bytes) -> None:
     file.write(data)
     file.flush()
     os.fsync(file.fileno())
-
-
-def _sync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

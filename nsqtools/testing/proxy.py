@@ -28,8 +28,9 @@ BUFFER_SIZE = 64 * 1024
 # Pacing granularity: a throttled pump forwards about this many pieces a second.
 PIECES_PER_SECOND = 50
 
-# Told of each piece forwarded: (connection number, upstream?, the bytes); the bytes are
-# empty once that direction of the connection has ended. Called from the pump threads.
+# Told of each piece as it is forwarded (just before it goes on): (connection number,
+# upstream?, the bytes); the bytes are empty once that direction of the connection has
+# ended. Called from the pump threads.
 Observer = Callable[[int, bool, bytes], None]
 
 
@@ -140,9 +141,11 @@ class LinkProxy(StartsAndStops):
                 if not data:
                     break
                 self._running.wait()
-                sink.sendall(data)
                 if self.observer is not None:
+                    # Before the bytes go on: the other side may answer them at once,
+                    # and the observer must see a question before its answer.
                     self.observer(number, upstream, data)
+                sink.sendall(data)
                 if upstream:
                     self.forwarded_up += len(data)
                 if rate is not None:

@@ -1,5 +1,7 @@
-"""to_nsq as the fault harness drives it: numbered records fed to its stdin while faults
-strike the nsqd it publishes to (through the tap) and the tool itself.
+"""Publishing tools as the fault harness drives them: PublishingTarget, what every one
+shares (the faults of the nsqd it publishes to, through the tap; a last run once the
+faults are over; the topic read back as the output; targets_spark.py's sink and replay
+build on it), and to_nsq: numbered records fed to its stdin while faults strike.
 
 Each run reads a pipe of its own, fed as the records fall due. When a run ends, what it
 took from the pipe is known exactly (the bytes left in it are read back): a run that
@@ -24,7 +26,14 @@ from nsqtools.testing.binaries import find_binary, our_tool
 from nsqtools.testing.faults.harness import FINISH_DEADLINE, TOPIC, Harness, Target
 from nsqtools.testing.faults.runs import Run
 from nsqtools.testing.faults.schedule import Fault, FaultKind
-from nsqtools.testing.faults.targets import FEED_BATCH, FEED_SHARE, MESSAGES, drain, numbered
+from nsqtools.testing.faults.targets import (
+    FEED_BATCH,
+    FEED_SHARE,
+    MESSAGES,
+    NSQD_FAULTS,
+    drain,
+    numbered,
+)
 
 DELIMITER = b"\n"
 FEED_WAIT = 0.005  # a full pipe: try again this soon
@@ -56,31 +65,60 @@ class _Pipe:
             os.close(fd)
 
 
-class PublishTarget(Target):
+class PublishingTarget(Target):
+    """A tool that publishes records to the World's nsqd (through the tap), which the
+    publisher faults strike; done once a last run, started when the faults are over,
+    has done what was left and ended by itself. The output is nsqd's topic."""
+
+    consumes = False
+    kinds = (*NSQD_FAULTS, FaultKind.DESTINATION_DOWN)
+
+    def __init__(self, messages: int = MESSAGES) -> None:
+        self.records = numbered(messages, "r")
+        self.last = False  # the faults are over: the next run is the last
+        self._fed = threading.Event()
+
+    def finish(self, harness: Harness) -> None:
+        """Stop the running tool; a last one does what is left and ends by itself."""
+        harness.stop_tool()
+        self.last = True
+        harness.last_run()
+        harness.supervise_until(
+            lambda: harness.runs.current is None, FINISH_DEADLINE, "the last run to end"
+        )
+
+    def break_fault(self, fault: Fault) -> None:
+        if fault.kind is FaultKind.DESTINATION_DOWN:
+            self.world.nsqd.stop()
+
+    def mend_fault(self, fault: Fault) -> None:
+        if fault.kind is FaultKind.DESTINATION_DOWN:
+            self.world.nsqd.start()
+
+    def feeding_done(self) -> bool:
+        return self._fed.is_set()
+
+    @property
+    def published(self) -> set[bytes]:
+        return set(self.records)
+
+    def output(self) -> Counter[bytes]:
+        return drain(self.world.nsqd, TOPIC)
+
+
+class PublishTarget(PublishingTarget):
     name = "to_nsq"
     go_program = "to_nsq"
-    consumes = False
-    kinds = (
-        FaultKind.NSQD_KILL,
-        FaultKind.NSQD_FREEZE,
-        FaultKind.SLOW_LINK,
-        FaultKind.LINK_CUT,
-        FaultKind.DESTINATION_DOWN,
-        FaultKind.TOOL_KILL,
-        FaultKind.TOOL_STOP,
-    )
 
     def __init__(self, messages: int = MESSAGES, rate: int = 0) -> None:
+        super().__init__(messages)
         self.rate = rate  # --rate: records a second (0: as fast as nsqd takes them)
         if rate:
             self.name = f"to_nsq --rate={rate}"
-        self.records = numbered(messages, "r")
         self.record_size = len(self.records[0]) + len(DELIMITER)
         self.cursor = 0  # the first record no run has taken for good
         self.pipe: _Pipe | None = None  # the running run's
-        self.last_run = False  # the faults are over: the next run reads the rest
         self._lock = threading.Lock()
-        self._fed = threading.Event()
         self._started = 0.0
 
     def argv(self, implementation: str, run: int) -> list[str]:
@@ -98,7 +136,7 @@ class PublishTarget(Target):
 
     def stdin_for(self, run: int) -> int | None:
         with self._lock:
-            if self.last_run:
+            if self.last:
                 rest = self.directory / "rest.txt"
                 rest.write_bytes(
                     b"".join(record + DELIMITER for record in self.records[self.cursor :])
@@ -125,7 +163,7 @@ class PublishTarget(Target):
             with self._lock:
                 if self.pipe is not None:
                     self._write_due(self.pipe)
-                if self.last_run or (self._due() == len(self.records) and self._all_written()):
+                if self.last or (self._due() == len(self.records) and self._all_written()):
                     self._fed.set()
             time.sleep(FEED_WAIT)  # the feed's pace: records fall due over time
 
@@ -161,33 +199,6 @@ class PublishTarget(Target):
             if not run.killed:
                 self.cursor = pipe.first + whole
             pipe.close()
-
-    # -- the end -----------------------------------------------------------------------
-
-    def finish(self, harness: Harness) -> None:
-        """Stop the running tool; a last run reads the records left to their end."""
-        harness.stop_tool()
-        with self._lock:
-            self.last_run = True
-        harness.last_run()
-        harness.supervise_until(
-            lambda: harness.runs.current is None, FINISH_DEADLINE, "the last run to end"
-        )
-
-    def break_fault(self, fault: Fault) -> None:
-        if fault.kind is FaultKind.DESTINATION_DOWN:
-            self.world.nsqd.stop()
-
-    def mend_fault(self, fault: Fault) -> None:
-        if fault.kind is FaultKind.DESTINATION_DOWN:
-            self.world.nsqd.start()
-
-    @property
-    def published(self) -> set[bytes]:
-        return set(self.records)
-
-    def output(self) -> Counter[bytes]:
-        return drain(self.world.nsqd, TOPIC)
 
     def kept(self) -> Counter[bytes]:
         kept: Counter[bytes] = Counter()

@@ -20,20 +20,16 @@ from collections import Counter
 from pathlib import Path
 
 from nsqtools.testing.binaries import PACKAGE_ROOT, our_tool
-from nsqtools.testing.faults.harness import CHANNEL, FINISH_DEADLINE, TOPIC, Harness, Target, World
-from nsqtools.testing.faults.schedule import Fault, FaultKind, Schedule
+from nsqtools.testing.faults.harness import CHANNEL, TOPIC, World
+from nsqtools.testing.faults.schedule import Schedule
 from nsqtools.testing.faults.targets import (
     FEED_BATCH,
     FEED_SHARE,
-    MESSAGES,
     NSQD_FAULTS,
     ConsumingTarget,
-    drain,
-    numbered,
 )
+from nsqtools.testing.faults.targets_pub import PublishingTarget
 
-# Faults of a publisher: to the nsqd it publishes to (through the tap), and to itself.
-PUBLISHER_FAULTS = (*NSQD_FAULTS, FaultKind.DESTINATION_DOWN)
 REPLAY_RATE = 60  # messages a second: a replay lasts a few seconds, under faults
 
 
@@ -64,47 +60,7 @@ class StreamSourceTarget(ConsumingTarget):
         return Counter(self.out.read_bytes().splitlines() if self.out.exists() else [])
 
 
-class _PublisherTarget(Target):
-    """What the sink and replay share: they publish to the World's nsqd, which the
-    publisher faults strike; the output is its topic, read at the end."""
-
-    consumes = False
-    kinds = PUBLISHER_FAULTS
-
-    def __init__(self, messages: int = MESSAGES) -> None:
-        self.records = numbered(messages, "r")
-        self.last = False  # the faults are over: the next run is the last
-        self._fed = threading.Event()
-
-    def finish(self, harness: Harness) -> None:
-        """Stop the running tool; a last one does what is left and ends by itself."""
-        harness.stop_tool()
-        self.last = True
-        harness.last_run()
-        harness.supervise_until(
-            lambda: harness.runs.current is None, FINISH_DEADLINE, "the last run to end"
-        )
-
-    def break_fault(self, fault: Fault) -> None:
-        if fault.kind is FaultKind.DESTINATION_DOWN:
-            self.world.nsqd.stop()
-
-    def mend_fault(self, fault: Fault) -> None:
-        if fault.kind is FaultKind.DESTINATION_DOWN:
-            self.world.nsqd.start()
-
-    def feeding_done(self) -> bool:
-        return self._fed.is_set()
-
-    @property
-    def published(self) -> set[bytes]:
-        return set(self.records)
-
-    def output(self) -> Counter[bytes]:
-        return drain(self.world.nsqd, TOPIC)
-
-
-class StreamSinkTarget(_PublisherTarget):
+class StreamSinkTarget(PublishingTarget):
     name = 'format("nsq") sink'
     exits_judged = False
 
@@ -136,7 +92,7 @@ class StreamSinkTarget(_PublisherTarget):
         self._fed.set()
 
 
-class ReplayTarget(_PublisherTarget):
+class ReplayTarget(PublishingTarget):
     """`nsq archive replay` of one archive holding every record, at REPLAY_RATE, run again
     each time a run ends (a job run again and again: duplicates, nothing lost)."""
 
