@@ -707,3 +707,20 @@ def test_sigterm_while_connecting_exits_at_once(tmp_path: Path, program: str) ->
                 process.communicate()
         connection.close()
     assert process.returncode == 0, stderr
+
+
+def test_held_messages_are_synced_before_nsqd_times_them_out(nsqd: Nsqd, tmp_path: Path) -> None:
+    """A trickle that never fills the in-flight window, a --sync-interval longer than
+    nsqd's msg_timeout (2s here): the files are synced twice per msg_timeout all the
+    same, so nsqd times nothing out and nothing is written twice (a3a5299, as Go's:
+    every message held past 2s, sent again, written twice)."""
+    out = tmp_path / "out"
+    with running(nsqd, tmp_path / "run.stderr", f"--output-dir={out}", "--sync-interval=1m") as run:
+        wait_until(lambda: "subscribed to" in run.stderr, DEADLINE, "the run to subscribe")
+        for body in bodies(0, 5):
+            nsqd.publish(TOPIC, body)
+        wait_until(lambda: drained(nsqd, 5), DEADLINE, "every message FIN'd")
+        assert run.stop() == 0, run.stderr
+    stats = channel(nsqd)
+    assert stats is not None and stats.timeout_count == 0
+    assert sorted(archived_lines(out)) == bodies(0, 5)

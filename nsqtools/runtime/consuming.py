@@ -4,7 +4,8 @@ run_consumers() opens a consumer per topic (and for topics that appear later, wh
 a way to find them) and, for each batch: keeps it within the -n budget shared by all
 topics (what is past it goes back at once), hands it to the topic's sink as a Delivery,
 and flushes the sink when the consumer is starved (nsqd sends nothing more until
-messages are answered); it ticks it every sink.tick_interval. It alone answers nsqd for
+messages are answered); it ticks it every sink.tick_interval, or twice per msg_timeout
+when that is shorter. It alone answers nsqd for
 the sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused
 is kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
 backoff); messages past max_attempts go to the dead letters too (runtime.deadletters),
@@ -82,6 +83,15 @@ class RunCounters:
     delivered: int = 0  # messages handed to sinks (again, after a failure)
     failed: int = 0  # messages whose sink failed them (requeued)
     given_up: Counter[str] = field(default_factory=Counter)  # kept as dead letters, by why
+
+
+def tick_delay(tick_interval: float | None, msg_timeout: float | None) -> float:
+    """The time to a sink's next tick: its own interval, but no more than half the
+    msg_timeout nsqd granted (unknown while no nsqd is connected)."""
+    assert tick_interval is not None  # only sinks with a tick are ticked
+    if msg_timeout is None:
+        return tick_interval
+    return min(tick_interval, msg_timeout / 2)
 
 
 class Budget:
@@ -243,14 +253,17 @@ class _Run:
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:
         async with trio.open_nursery() as nursery:
             if sink.tick_interval is not None:
-                nursery.start_soon(self._tick_every, sink, sink.tick_interval)
+                nursery.start_soon(self._tick_every, sink, consumer)
             await self._deliver_all(consumer, sink)
             await self._flush(sink)
             nursery.cancel_scope.cancel()
 
-    async def _tick_every(self, sink: Sink, interval: float) -> None:
+    async def _tick_every(self, sink: Sink, consumer: Consumer) -> None:
+        """Every sink.tick_interval, and at least twice per msg_timeout: a sink that holds
+        messages until its tick (a file, until its sync) settles them before nsqd takes
+        them back and sends them again (a duplicate for each)."""
         while True:
-            await trio.sleep(interval)
+            await trio.sleep(tick_delay(sink.tick_interval, consumer.msg_timeout))
             await self._flush(sink, sink.tick)
 
     async def _flush(self, sink: Sink, flush: Callable[[], Awaitable[None]] | None = None) -> None:
