@@ -14,6 +14,8 @@ replays one) to stderr:
 
     .venv/bin/python bench/faults.py --tools nsq_tail,nsq_to_nsq --rounds 2
     .venv/bin/python bench/faults.py --mixed --seconds 120 --faults 30 --messages 5000
+    .venv/bin/python bench/faults.py --tools nsq_to_nsq --kinds destination_down \\
+        --seconds 90 --faults 1 --longest 60      # a destination down for a minute
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ def table(args: argparse.Namespace, names: Iterable[str], root: Path) -> None:
         for kind in _kinds(args, probe.kinds):
             rows = {"ours": Row(), "go": Row()} if probe.go_program else {"ours": Row()}
             for _round in range(args.rounds):
-                schedule = Schedule.random(seed_to_use(), (kind,), args.seconds, args.faults)
+                schedule = Schedule.random(
+                    seed_to_use(), (kind,), args.seconds, args.faults, args.longest
+                )
                 for implementation, row in rows.items():
                     row.add(run_one(name, implementation, schedule, args.messages, root))
             for implementation, row in rows.items():
@@ -102,7 +106,7 @@ def mixed(args: argparse.Namespace, names: Iterable[str], root: Path) -> int:
     failures = 0
     for name in names:
         kinds = _kinds(args, TARGETS[name](1).kinds)
-        schedule = Schedule.random(seed_to_use(), kinds, args.seconds, args.faults)
+        schedule = Schedule.random(seed_to_use(), kinds, args.seconds, args.faults, args.longest)
         tally = run_one(name, "ours", schedule, args.messages, root)
         try:
             tally.check()
@@ -127,6 +131,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=12.0, help="a schedule's span")
     parser.add_argument("--faults", type=int, default=3, help="faults in a schedule")
     parser.add_argument("--messages", type=int, default=600)
+    parser.add_argument("--longest", type=float, default=1.5, help="a fault's most seconds")
     parser.add_argument("--rounds", type=int, default=1, help="schedules per table row")
     parser.add_argument("--mixed", action="store_true", help="one long mixed schedule per tool")
     args = parser.parse_args()

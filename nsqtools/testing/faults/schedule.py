@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 
 SEED_VARIABLE = "NSQTOOLS_FAULT_SEED"
+LONGEST = 1.5  # seconds a fault lasts at most, by default
 
 
 class FaultKind(enum.Enum):
@@ -67,16 +68,23 @@ class Schedule:
     faults: tuple[Fault, ...]
 
     @classmethod
-    def random(cls, seed: int, kinds: tuple[FaultKind, ...], span: float, count: int) -> Schedule:
-        """`count` faults of the given kinds, spread over the span so that two never
-        overlap (each is mended before the next strikes: the harness can tell which one
-        a loss or a slow recovery follows)."""
+    def random(
+        cls,
+        seed: int,
+        kinds: tuple[FaultKind, ...],
+        span: float,
+        count: int,
+        longest: float = LONGEST,
+    ) -> Schedule:
+        """`count` faults of the given kinds, each lasting up to `longest` seconds, spread
+        over the span so that two never overlap (each is mended before the next strikes:
+        the harness can tell which one a loss or a slow recovery follows)."""
         rng = random.Random(seed)
         slot = span / count
         faults = []
         for index in range(count):
             kind = rng.choice(kinds)
-            duration = rng.uniform(0.2, min(1.5, slot * 0.6))
+            duration = rng.uniform(0.2, min(longest, slot * 0.6))
             at = index * slot + rng.uniform(0.1, slot - duration - 0.05)
             faults.append(_with_signal(Fault(kind, round(at, 3), round(duration, 3)), rng))
         return cls(seed, span, tuple(faults))
