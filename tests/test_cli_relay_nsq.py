@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -291,3 +292,30 @@ def test_bad_options_stop_with_one_line(args: list[str], message: str) -> None:
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("nsq_to_nsq: error: ")
     assert message in result.stderr
+
+
+def test_what_waits_on_a_destination_down_is_touched_not_sent_again(
+    local_nsq: LocalNsq, destination: Nsqd
+) -> None:
+    """The destination down for four of the source's msg_timeouts (1 s): the relay holds
+    the messages while it redials and TOUCHes them, so nsqd times none out and each
+    arrives once when the destination is back (a3a5299: every one timed out and sent
+    again, twice or more each)."""
+    source = local_nsq.nsqd("source", extra_args=["--msg-timeout=1s"])
+    argv = relay_with(OURS, source, destination, "touched")
+    source.publish(TOPIC, b"first")
+    with running(argv):
+        wait_until(lambda: topic_depth(destination, TOPIC) == 1, 30, "the first relayed")
+        destination.stop()
+        messages = bodies(10)
+        source.publish_many(TOPIC, messages)
+        wait_until(lambda: holds_a_full_window(source, "touched", 10), 30, "10 held")
+        down_until = time.monotonic() + 4.0  # the fault: the destination down for 4 s
+        while time.monotonic() < down_until:
+            assert source.channel_stats(TOPIC, "touched").timeout_count == 0
+            time.sleep(0.1)  # the fault's length, checked as it lasts
+        destination.start()
+        wait_until(lambda: source.drained(TOPIC, "touched"), 60, "the source drained")
+    assert source.channel_stats(TOPIC, "touched").timeout_count == 0
+    assert Counter(destination.read(TOPIC, 11)) == Counter([b"first", *messages])
+    assert topic_depth(destination, TOPIC) == 0

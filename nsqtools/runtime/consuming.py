@@ -5,7 +5,8 @@ a way to find them) and, for each batch: keeps it within the -n budget shared by
 topics (what is past it goes back at once), hands it to the topic's sink as a Delivery,
 and flushes the sink when the consumer is starved (nsqd sends nothing more until
 messages are answered); it ticks it every sink.tick_interval, or twice per msg_timeout
-when that is shorter. It alone answers nsqd for
+when that is shorter, and TOUCHes what the sink holds unsettled three times per
+msg_timeout, so that nsqd does not send it again meanwhile. It alone answers nsqd for
 the sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused
 is kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
 backoff); messages past max_attempts go to the dead letters too (runtime.deadletters),
@@ -57,6 +58,8 @@ TopicFinder = Callable[[], Awaitable[Sequence[str]]]
 # merely slow; short enough that `nsq_tail | sleep 30` stops when asked, before a user
 # reaches for the second signal.
 STOP_GRACE = 1.5
+# nsqd's msg_timeout when no nsqd is connected to say its own.
+DEFAULT_MSG_TIMEOUT = 60.0
 
 
 @dataclass
@@ -83,6 +86,18 @@ class RunCounters:
     delivered: int = 0  # messages handed to sinks (again, after a failure)
     failed: int = 0  # messages whose sink failed them (requeued)
     given_up: Counter[str] = field(default_factory=Counter)  # kept as dead letters, by why
+
+
+async def _touch_unsettled(consumer: Consumer, unsettled: deque[Delivery]) -> None:
+    """TOUCH what sinks hold unsettled, three times per msg_timeout: a relay whose
+    destination is down holds deliveries while it redials, and nsqd would otherwise
+    take them back and send them again (a duplicate each, once the destination is back).
+    nsqd extends a message's timeout so up to its --max-msg-timeout (15 min)."""
+    while True:
+        await trio.sleep((consumer.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3)
+        for delivery in unsettled:
+            if not delivery.settled:
+                delivery.batch.touch()
 
 
 def tick_delay(tick_interval: float | None, msg_timeout: float | None) -> float:
@@ -251,10 +266,14 @@ class _Run:
         self.dead_letters.keep(letters)
 
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:
+        # Deliveries the sink has not settled yet, oldest first: while there are none (a
+        # sink that settles at once), a starved consumer has nothing to flush for.
+        unsettled: deque[Delivery] = deque()
         async with trio.open_nursery() as nursery:
             if sink.tick_interval is not None:
                 nursery.start_soon(self._tick_every, sink, consumer)
-            await self._deliver_all(consumer, sink)
+            nursery.start_soon(_touch_unsettled, consumer, unsettled)
+            await self._deliver_all(consumer, sink, unsettled)
             await self._flush(sink)
             nursery.cancel_scope.cancel()
 
@@ -277,11 +296,10 @@ class _Run:
             self.failure = error
         self.stop()
 
-    async def _deliver_all(self, consumer: Consumer, sink: Sink) -> None:
+    async def _deliver_all(
+        self, consumer: Consumer, sink: Sink, unsettled: deque[Delivery]
+    ) -> None:
         settler = _Settler(self, consumer)
-        # Deliveries the sink has not settled yet, oldest first: while there are none (a
-        # sink that settles at once), a starved consumer has nothing to flush for.
-        unsettled: deque[Delivery] = deque()
         async for batch in consumer:
             count = self._within_budget(batch)
             if count:
