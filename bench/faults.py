@@ -5,7 +5,8 @@ replays one) to stderr:
 
 - table (the default): for each tool and each fault kind that applies to it, a schedule
   of that kind only (--faults of them over --seconds), for ours and for Go's tool where
-  Go has one, --rounds times; then a Markdown table: published, delivered, duplicates,
+  Go has one, --rounds times; then a Markdown row, each cell "ours / Go's" where the two
+  differ (one figure where they agree or Go has no tool): published, delivered, duplicates,
   kept (dead letters, failed records), lost by nsqd (a SIGKILLed nsqd's own: what it held
   in memory), lost (ours: must be 0), and the median time to the first progress after a
   fault ended.
@@ -81,12 +82,11 @@ def run_one(name: str, implementation: str, schedule: Schedule, messages: int, r
 
 
 def table(args: argparse.Namespace, names: Iterable[str], root: Path) -> None:
-    header = (
-        "| tool | fault | who | published | delivered | duplicates | kept | lost by nsqd "
-        "| lost | recovery (median) |"
+    print(
+        "| tool | fault | published | delivered | duplicates | kept | lost by nsqd | lost "
+        "| recovery (median) |"
     )
-    print(header)
-    print("|" + " --- |" * 10)
+    print("|" + " --- |" * 9)
     for name in names:
         probe = TARGETS[name](1)
         for kind in _kinds(args, probe.kinds):
@@ -97,9 +97,13 @@ def table(args: argparse.Namespace, names: Iterable[str], root: Path) -> None:
                 )
                 for implementation, row in rows.items():
                     row.add(run_one(name, implementation, schedule, args.messages, root))
-            for implementation, row in rows.items():
-                cells = [name, kind.value, implementation, *row.cells()]
-                print("| " + " | ".join(cells) + " |", flush=True)
+            cells = [name, kind.value, *side_by_side([row.cells() for row in rows.values()])]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def side_by_side(implementations: list[list[str]]) -> list[str]:
+    """One cell per column, "ours / go" where Go has a tool and the two differ."""
+    return [" / ".join(dict.fromkeys(column)) for column in zip(*implementations, strict=True)]
 
 
 def mixed(args: argparse.Namespace, names: Iterable[str], root: Path) -> int:
