@@ -14,10 +14,11 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nsqtools.testing import wait_until
 from nsqtools.testing.binaries import PACKAGE_ROOT
 from nsqtools.testing.faults import FaultKind, Harness, Schedule, TailTarget
 from nsqtools.testing.faults.harness import CHANNEL, TOPIC
-from nsqtools.testing.faults.runs import Run
+from nsqtools.testing.faults.runs import Run, ToolRuns
 from nsqtools.testing.faults.tally import Tally
 from nsqtools.testing.faults.tap import MAGIC, Ledger, _Connection
 
@@ -189,3 +190,25 @@ def test_the_harness_catches_a_tool_that_fins_without_writing(tmp_path: Path) ->
         assert "LOST 50" in str(failure)
     else:
         raise AssertionError("the harness let a tool lose every message")
+
+
+# Takes its time to stop, as a Spark job does: the stop is still under way at the next.
+_SLOW_STOP = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(0)))\n"
+    "print('ready', flush=True)\n"
+    "signal.pause()\n"
+)
+
+
+def test_a_run_already_stopping_gets_no_second_stop(tmp_path: Path) -> None:
+    """The harness's end stops the running tool with SIGTERM: one still stopping from a
+    fault is left to end, not told to exit at once (exit 143, judged a lie)."""
+    runs = ToolRuns(lambda number: [sys.executable, "-c", _SLOW_STOP], tmp_path)
+    run = runs.start()
+    wait_until(lambda: run.stdout.read_text() == "ready\n", 10, "the handler")
+    runs.send("SIGTERM")
+    runs.send("SIGTERM")
+    ended = runs.wait()
+    assert ended is not None
+    assert (ended.sent, ended.exit_code) == (["SIGTERM"], 0)

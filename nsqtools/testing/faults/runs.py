@@ -116,9 +116,12 @@ class ToolRuns:
         return run
 
     def send(self, signame: str, *, doubled: bool = False) -> None:
-        """A stop signal to the current run; doubled: then to its process group too."""
+        """A stop signal to the current run; doubled: then to its process group too.
+        One stop per run: a run already stopping is left to end (another signal, a second
+        apart, would be the "exit at once" one, which the harness never means: a slow
+        stop, a Spark job's, may still be under way when the schedule ends)."""
         run = self.current
-        if run is None:
+        if run is None or run.stop_signals:
             return
         signum = signal.Signals[signame]
         starting = time.monotonic() - run.started < INTERPRETER_START
