@@ -74,9 +74,9 @@ def open_closed_stdio() -> None:
 
 
 nsq = EntryPoint("nsq", "nsqtools.commands")
-nsq_tail = EntryPoint("nsq_tail", "nsqtools.commands.tail")
-to_nsq = EntryPoint("to_nsq", "nsqtools.commands.pub")
-nsq_to_file = EntryPoint("nsq_to_file", "nsqtools.commands.to_file")
-nsq_to_nsq = EntryPoint("nsq_to_nsq", "nsqtools.commands.relay_nsq")
-nsq_to_http = EntryPoint("nsq_to_http", "nsqtools.commands.relay_http")
-nsq_stat = EntryPoint("nsq_stat", "nsqtools.commands.stat")
+nsq_tail = EntryPoint("nsq_tail", "nsqtools.commands.nsq_tail")
+to_nsq = EntryPoint("to_nsq", "nsqtools.commands.to_nsq")
+nsq_to_file = EntryPoint("nsq_to_file", "nsqtools.commands.nsq_to_file")
+nsq_to_nsq = EntryPoint("nsq_to_nsq", "nsqtools.commands.nsq_to_nsq")
+nsq_to_http = EntryPoint("nsq_to_http", "nsqtools.commands.nsq_to_http")
+nsq_stat = EntryPoint("nsq_stat", "nsqtools.commands.nsq_stat")

@@ -15,12 +15,12 @@ from nsqtools import __version__
 
 # subcommand → (module, Go name)
 SUBCOMMANDS = {
-    "pub": ("nsqtools.commands.pub", "to_nsq"),
-    "stat": ("nsqtools.commands.stat", "nsq_stat"),
-    "tail": ("nsqtools.commands.tail", "nsq_tail"),
-    "to-file": ("nsqtools.commands.to_file", "nsq_to_file"),
-    "to-http": ("nsqtools.commands.relay_http", "nsq_to_http"),
-    "to-nsq": ("nsqtools.commands.relay_nsq", "nsq_to_nsq"),
+    "pub": ("nsqtools.commands.to_nsq", "to_nsq"),
+    "stat": ("nsqtools.commands.nsq_stat", "nsq_stat"),
+    "tail": ("nsqtools.commands.nsq_tail", "nsq_tail"),
+    "to-file": ("nsqtools.commands.nsq_to_file", "nsq_to_file"),
+    "to-http": ("nsqtools.commands.nsq_to_http", "nsq_to_http"),
+    "to-nsq": ("nsqtools.commands.nsq_to_nsq", "nsq_to_nsq"),
 }
 
 _INSPECT, _ADMIN = "nsqtools.commands.inspect", "nsqtools.commands.admin"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -24,9 +23,6 @@ from nsqtools.durations import format_duration
 from nsqtools.httpapi.nsqd import Percentile
 from nsqtools.stats.counters import Counters, Rates
 from nsqtools.stats.tracking import Report, Row
-
-if TYPE_CHECKING:
-    from nsqtools.commands.stat import StatSettings
 
 SPARK_WIDTH = 16  # polls of history shown
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -48,24 +44,25 @@ _NUMBER_COLUMNS = (
 class LiveTable:
     """The Output of --format table: each report drawn over the previous one."""
 
-    def __init__(self, settings: StatSettings, live: Live) -> None:
-        self.settings = settings
+    def __init__(self, interval: float, live: Live) -> None:
+        self.interval = interval
         self.live = live
 
     def show(self, report: Report) -> bool:
-        self.live.update(stats_view(report, self.settings.interval), refresh=True)
+        self.live.update(stats_view(report, self.interval), refresh=True)
         return True
 
 
 @contextmanager
-def live_table(settings: StatSettings) -> Iterator[LiveTable]:
-    """The live table for the run; the last drawing stays on screen after it."""
-    console = Console(no_color=not settings.color, highlight=False)
-    waiting = Text(f"nsq_stat: polling topic {settings.topic}...", style="dim")
+def live_table(topic: str, interval: float, color: bool) -> Iterator[LiveTable]:
+    """The live table of `topic` polled every `interval` for the run; the last drawing
+    stays on screen after it."""
+    console = Console(no_color=not color, highlight=False)
+    waiting = Text(f"nsq_stat: polling topic {topic}...", style="dim")
     with Live(
         waiting, console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
     ) as live:
-        yield LiveTable(settings, live)
+        yield LiveTable(interval, live)
 
 
 def stats_view(report: Report, interval: float) -> RenderableType:

@@ -9,5 +9,5 @@ cluster, summed, turned into rates, and written as Go's plain layout or JSON lin
 - polling: the beat polls keep, on a clock given, and one poll of the cluster
   (nsqtools.cluster) as a plan, for the caller to run (nsq_stat: on threads).
 
-The live table is the command's (nsqtools.commands.stat): rich stays in the commands.
+The live table is the command's (nsqtools.commands.statview): rich stays in the commands.
 """

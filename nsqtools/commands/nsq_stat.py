@@ -5,7 +5,7 @@ Drop-in for Go's nsq_stat: same flags, checks and, piped or with --format plain,
 same output byte for byte (nsqtools.stats.text). Beyond it: without --channel, the
 topic and every channel; a missing topic or channel is polled again, not fatal; an
 nsqd that fails is said on stderr and polled again; rates over the measured interval;
---format json (one object per poll); on a terminal, a live table (commands/statview.py)
+--format json (one object per poll); on a terminal, a live table (statview.py)
 with each nsqd's rows, the rates' history, paused state and e2e latency.
 
 Blocking, for a start within Go's: the polls run on threads (httpapi.blocking), the
@@ -231,7 +231,7 @@ def _output(settings: StatSettings) -> AbstractContextManager[Output]:
     if settings.output_format == "table":
         from nsqtools.commands.statview import live_table
 
-        return live_table(settings)
+        return live_table(settings.topic, settings.interval, settings.color)
     return nullcontext(TextOutput(settings))
 
 
