@@ -18,7 +18,8 @@ from rich.console import Console
 
 from nsqtools.cluster import Cluster as Where
 from nsqtools.commands.cluster_cli import print_tables
-from nsqtools.commands.inspect import channel_tables, topic_tables
+from nsqtools.commands.inspect.channel import channel_tables
+from nsqtools.commands.inspect.topic import topic_tables
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.inspection import gather_channel, gather_topic
 from nsqtools.testing import Nsqd, Nsqlookupd, our_tool, running, wait_until

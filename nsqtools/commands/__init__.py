@@ -3,8 +3,8 @@
 Each tool is installed under its Go name (nsq_tail, to_nsq, ...) and as a subcommand
 of `nsq` (nsq tail, nsq pub, ...). nsqtools' own commands, which no Go tool has
 (nsqadmin's views and actions: nsq topics, nsq delete, ...; nsq bench), are subcommands
-only. Subcommands are imported only when used, so `nsq --help` and `nsq --version`
-stay fast.
+only. Each command is the `command` of its module, imported only when used, so
+`nsq --help` and `nsq --version` stay fast.
 """
 
 from __future__ import annotations
@@ -23,22 +23,21 @@ SUBCOMMANDS = {
     "to-nsq": ("nsqtools.commands.nsq_to_nsq", "nsq_to_nsq"),
 }
 
-_INSPECT, _ADMIN = "nsqtools.commands.inspect", "nsqtools.commands.admin"
-# subcommand → (module, the command's name in it), for commands no Go tool has
+# subcommand → module, for commands no Go tool has
 OWN_SUBCOMMANDS = {
-    "topics": (_INSPECT, "topics_command"),
-    "channels": (_INSPECT, "channels_command"),
-    "nodes": (_INSPECT, "nodes_command"),
-    "topic": (_INSPECT, "topic_command"),
-    "channel": (_INSPECT, "channel_command"),
-    "create": (_ADMIN, "create_command"),
-    "delete": (_ADMIN, "delete_command"),
-    "empty": (_ADMIN, "empty_command"),
-    "pause": (_ADMIN, "pause_command"),
-    "unpause": (_ADMIN, "unpause_command"),
-    "tombstone": (_ADMIN, "tombstone_command"),
-    "bench": ("nsqtools.commands.bench", "command"),
-    "archive": ("nsqtools.commands.archive", "command"),
+    "topics": "nsqtools.commands.inspect.topics",
+    "channels": "nsqtools.commands.inspect.channels",
+    "nodes": "nsqtools.commands.inspect.nodes",
+    "topic": "nsqtools.commands.inspect.topic",
+    "channel": "nsqtools.commands.inspect.channel",
+    "create": "nsqtools.commands.admin.create",
+    "delete": "nsqtools.commands.admin.delete",
+    "empty": "nsqtools.commands.admin.empty",
+    "pause": "nsqtools.commands.admin.pause",
+    "unpause": "nsqtools.commands.admin.unpause",
+    "tombstone": "nsqtools.commands.admin.tombstone",
+    "bench": "nsqtools.commands.bench",
+    "archive": "nsqtools.commands.archive",
 }
 
 
@@ -51,14 +50,14 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in SUBCOMMANDS:
-            module, attribute = SUBCOMMANDS[name][0], "command"
+            module = SUBCOMMANDS[name][0]
         elif name in OWN_SUBCOMMANDS:
-            module, attribute = OWN_SUBCOMMANDS[name]
+            module = OWN_SUBCOMMANDS[name]
         else:
             return super().get_command(ctx, name)
         import importlib
 
-        command: click.Command = getattr(importlib.import_module(module), attribute)
+        command: click.Command = importlib.import_module(module).command
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -259,8 +259,7 @@ def _description(program: Program) -> list[str]:
 def own_commands() -> dict[str, click.Command]:
     """nsqtools' own subcommands (no Go tool has them: no page of their own), by name."""
     return {
-        name: getattr(importlib.import_module(module), attribute)
-        for name, (module, attribute) in OWN_SUBCOMMANDS.items()
+        name: importlib.import_module(module).command for name, module in OWN_SUBCOMMANDS.items()
     }
 
 

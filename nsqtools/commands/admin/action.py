@@ -1,13 +1,6 @@
-"""`nsq create`, `nsq delete`, `nsq empty`, `nsq pause`, `nsq unpause` (a topic, or a
-channel of it) and `nsq tombstone`: nsqadmin's actions, in a terminal (no Go tool has
-these).
-
-The action is planned (nsqtools.admin: the topic's nsqds found through the lookupds, or
-those given), then sent to every node concerned; each node's outcome is printed (a
-table, or --json's one document). Delete, empty and tombstone lose messages: on a
-terminal they show what they will do and ask first; otherwise they need --yes. Any
-node that fails is named on stderr, with why, and the exit status is 1.
-"""
+"""What the six admin commands share: an action run from its plan to every node's
+outcome (asked first when it loses messages), --yes, the outcomes as a table or JSON,
+the one-line summary of what failed, and the command of a verb on a TOPIC [CHANNEL]."""
 
 from __future__ import annotations
 
@@ -146,7 +139,7 @@ def failure_summary(action: Action, outcomes: Sequence[Outcome]) -> str:
     return f"{action} failed on {nodes}; {done} of {len(outcomes)} requests succeeded"
 
 
-def _topic_or_channel_command(verb_name: str, summary: str, destructive: bool) -> click.Command:
+def topic_or_channel_command(verb_name: str, summary: str, destructive: bool) -> click.Command:
     """`nsq VERB TOPIC [CHANNEL]`."""
 
     def command(topic: str, channel: str | None, **options: Any) -> None:
@@ -161,63 +154,3 @@ def _topic_or_channel_command(verb_name: str, summary: str, destructive: bool) -
     decorated = click.argument("channel", required=False)(decorated)
     decorated = click.argument("topic")(decorated)
     return click.command(verb_name, context_settings=CONTEXT_SETTINGS)(decorated)
-
-
-create_command = _topic_or_channel_command(
-    "create",
-    """Create TOPIC, or CHANNEL of TOPIC, across the cluster.
-
-    As nsqadmin does it: a topic is created on the lookupds (an nsqd creates it when
-    first published to) and on the nsqds given with --nsqd-http-address. A channel is
-    created on the lookupds, then on every nsqd that has the topic.
-    """,
-    destructive=False,
-)
-delete_command = _topic_or_channel_command(
-    "delete",
-    """Delete TOPIC, or CHANNEL of TOPIC, with its messages.
-
-    From the lookupds, then from every nsqd that has the topic.
-    """,
-    destructive=True,
-)
-empty_command = _topic_or_channel_command(
-    "empty",
-    """Drop the messages waiting in TOPIC, or CHANNEL of TOPIC.
-
-    Every nsqd that has the topic; the topic and channel stay.
-    """,
-    destructive=True,
-)
-pause_command = _topic_or_channel_command(
-    "pause",
-    """Pause TOPIC, or CHANNEL of TOPIC, on every nsqd.
-
-    On every nsqd that has the topic. A paused topic hands its channels no messages;
-    a paused channel hands its clients none. Messages wait until `nsq unpause`.
-    """,
-    destructive=False,
-)
-unpause_command = _topic_or_channel_command(
-    "unpause",
-    "Resume TOPIC, or CHANNEL of TOPIC, on every nsqd that has the topic (`nsq pause`).",
-    destructive=False,
-)
-
-
-@click.command("tombstone", context_settings=CONTEXT_SETTINGS)
-@click.argument("topic")
-@click.argument("nsqd_address", metavar="NSQD_HTTP_ADDRESS")
-@yes_option
-@json_option
-@cluster_options
-def tombstone_command(topic: str, nsqd_address: str, **options: Any) -> None:
-    """Retire an nsqd as a producer of TOPIC, deleting TOPIC there.
-
-    As nsqadmin does it: the lookupds stop listing that nsqd for TOPIC (for their
-    --tombstone-lifetime), then TOPIC is deleted on it, with its messages.
-    NSQD_HTTP_ADDRESS is the nsqd's HTTP address as the lookupds list it (`nsq nodes`).
-    """
-    from nsqtools.admin import Action, Verb
-
-    run_action(Action(Verb.TOMBSTONE, topic, nsqd=nsqd_address), options)

@@ -1,0 +1,139 @@
+"""`nsq channel TOPIC CHANNEL`: a channel in detail, per nsqd and in total, with its
+clients."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nsqtools.commands.cluster_cli import (
+    Column,
+    Table,
+    check_names,
+    cluster_options,
+    fail_on,
+    flag_cell,
+    json_option,
+    new_console,
+    print_json,
+    print_tables,
+)
+from nsqtools.commands.front import CONTEXT_SETTINGS
+from nsqtools.commands.inspect.shared import (
+    TOTAL,
+    channel_cells,
+    channel_columns,
+    fail_not_found,
+    failures_json,
+    gather_view,
+    interval_option,
+    latency_cells,
+    latency_columns,
+    quantiles_of,
+    row_json,
+    row_style,
+)
+
+if TYPE_CHECKING:
+    from nsqtools.inspection import ChannelView, ClientRow
+
+
+@click.command("channel", context_settings=CONTEXT_SETTINGS)
+@click.argument("topic")
+@click.argument("channel")
+@json_option
+@interval_option
+@cluster_options
+def command(topic: str, channel: str, **options: Any) -> None:
+    """CHANNEL of TOPIC in detail, per nsqd, with its clients.
+
+    Per nsqd and in total: depth (in memory and on disk), in flight, deferred,
+    requeued, timed out, messages, clients, paused, and the e2e latency percentiles
+    when nsqd measures them (the total's are the highest any nsqd reports). Then every
+    client: nsqd, hostname, address, user agent, TLS, compression, RDY, in flight,
+    messages, finished, requeued, connected since.
+    """
+    from nsqtools.inspection import gather_channel
+
+    check_names(topic, channel)
+    view = gather_view(
+        options, lambda client, cluster: gather_channel(client, cluster, topic, channel)
+    )
+    if not view.nodes:
+        fail_not_found(f"no nsqd has channel {channel} of topic {topic}", view.failures)
+    if options["as_json"]:
+        print_json(channel_json(view))
+    else:
+        rates = options["interval"] is not None
+        print_tables(new_console(), channel_tables(view, rates, now=time.time()))
+    fail_on(view.failures)
+
+
+def channel_tables(view: ChannelView, rates: bool, now: float) -> list[Table]:
+    rows = [*view.nodes, view.total]
+    quantiles = quantiles_of(rows)
+    columns = [Column("nsqd"), *channel_columns(rates), *latency_columns(quantiles)]
+    nodes = Table(columns, f"channel {view.total.channel} of topic {view.total.topic}")
+    for row in rows:
+        name = TOTAL if row is view.total else row.nodes[0]
+        cells = [name, *channel_cells(row, rates)]
+        cells += latency_cells(row.e2e_processing_latency, quantiles)
+        nodes.add(cells, "bold" if row is view.total else row_style(row))
+    return [nodes, clients_table(view.clients, now)]
+
+
+def clients_table(clients: Iterable[ClientRow], now: float) -> Table:
+    table = Table(
+        [
+            Column("nsqd"),
+            Column("client"),
+            Column("address"),
+            Column("user agent"),
+            Column("tls"),
+            Column("compression"),
+            Column("rdy", numeric=True),
+            Column("in-flight", numeric=True),
+            Column("messages", numeric=True),
+            Column("finished", numeric=True),
+            Column("requeued", numeric=True),
+            Column("connected", numeric=True),
+        ],
+        title="clients",
+    )
+    for row in clients:
+        client = row.client
+        compression = "snappy" if client.snappy else "deflate" if client.deflate else ""
+        counts = (client.ready_count, client.in_flight_count, client.message_count)
+        cells = [row.node, client.hostname or client.client_id, client.remote_address]
+        cells += [client.user_agent, flag_cell(client.tls), compression, *map(str, counts)]
+        cells += [str(client.finish_count), str(client.requeue_count)]
+        table.add([*cells, age_cell(now - client.connect_ts)])
+    return table
+
+
+def channel_json(view: ChannelView) -> dict[str, Any]:
+    return {
+        "topic": view.total.topic,
+        "channel": view.total.channel,
+        "total": row_json(view.total),
+        "nodes": [row_json(row) for row in view.nodes],
+        "clients": [{"node": row.node, **asdict(row.client)} for row in view.clients],
+        **failures_json(view),
+    }
+
+
+def age_cell(seconds: float) -> str:
+    """How long ago: 45s, 12m3s, 5h7m, 3d4h."""
+    whole = max(int(seconds), 0)
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"

@@ -1,0 +1,76 @@
+"""`nsq topics`: every topic in the cluster, summed over its nsqds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nsqtools.commands.cluster_cli import (
+    Column,
+    Table,
+    cluster_options,
+    fail_on,
+    json_option,
+    new_console,
+    print_json,
+    print_tables,
+)
+from nsqtools.commands.front import CONTEXT_SETTINGS
+from nsqtools.commands.inspect.shared import (
+    depth_cells,
+    depth_columns,
+    failures_json,
+    gather_view,
+    interval_option,
+    paused_cell,
+    rate_cells,
+    rate_columns,
+    row_json,
+    row_style,
+)
+
+if TYPE_CHECKING:
+    from nsqtools.inspection import TopicsView
+
+
+@click.command("topics", context_settings=CONTEXT_SETTINGS)
+@json_option
+@interval_option
+@cluster_options
+def command(**options: Any) -> None:
+    """Every topic in the cluster, summed over its nsqds.
+
+    Per topic: depth (in memory and on disk), messages, channels, paused, the nsqds
+    holding it. The topics are those the lookupds know and those any nsqd holds.
+    """
+    from nsqtools.inspection import gather_topics
+
+    view = gather_view(options, gather_topics)
+    if options["as_json"]:
+        print_json(topics_json(view))
+    else:
+        print_tables(new_console(), topics_tables(view, rates=options["interval"] is not None))
+    fail_on(view.failures)
+
+
+def topics_tables(view: TopicsView, rates: bool) -> list[Table]:
+    columns = [
+        Column("topic"),
+        *depth_columns(),
+        Column("messages", numeric=True),
+        *rate_columns(rates),
+        Column("channels", numeric=True),
+        Column("paused"),
+        Column("nsqds"),
+    ]
+    table = Table(columns)
+    for row in view.topics:
+        cells = [row.topic, *depth_cells(row), str(row.counters.message_count)]
+        cells += [*rate_cells(row, rates), str(len(row.channels)), paused_cell(row)]
+        table.add([*cells, " ".join(row.nodes)], row_style(row))
+    return [table]
+
+
+def topics_json(view: TopicsView) -> dict[str, Any]:
+    return {"topics": [row_json(row) for row in view.topics], **failures_json(view)}
