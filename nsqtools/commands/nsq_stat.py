@@ -182,7 +182,7 @@ class TextOutput:
         self.previous: Report | None = None
 
     def show(self, report: Report) -> bool:
-        from nsqtools.commands.stdio import PipeClosed, write_all
+        from nsqtools.runtime.stdio import PipeClosed, write_all
         from nsqtools.stats import text
 
         for notice in text.notices(self.previous, report):
@@ -201,9 +201,9 @@ class TextOutput:
 
 
 def stat(settings: StatSettings) -> None:
-    from nsqtools.commands.stdio import silence_stdout
     from nsqtools.httpapi.blocking import BlockingClient
     from nsqtools.runtime.signals import run_until_stopped
+    from nsqtools.runtime.stdio import silence_stdout
     from nsqtools.stats.polling import Poller, beats
     from nsqtools.stats.tracking import Tracker
 

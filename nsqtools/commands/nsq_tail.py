@@ -37,11 +37,11 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
-    from nsqtools.commands.stdio import StdoutWriter
     from nsqtools.config import ClientConfig
     from nsqtools.protocol.youzan import StartPosition
     from nsqtools.runtime.deadletters import DeadLetterSettings
     from nsqtools.runtime.sinks import Delivery
+    from nsqtools.runtime.stdio import StdoutWriter
 
 TOOL = "nsq_tail"
 
@@ -204,8 +204,8 @@ class _StdoutSink:
         self.writer = writer
 
     async def accept(self, delivery: Delivery) -> None:
-        from nsqtools.commands.stdio import PipeClosed
         from nsqtools.runtime.sinks import SinkClosed
+        from nsqtools.runtime.stdio import PipeClosed
 
         lines = self.renderer.render(delivery)
         try:
@@ -223,8 +223,8 @@ class _StdoutSink:
 async def tail(settings: TailSettings) -> None:
     import os
 
-    from nsqtools.commands.stdio import StdoutWriter, silence_stdout
     from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+    from nsqtools.runtime.stdio import StdoutWriter, silence_stdout
 
     sink = _StdoutSink(_Renderer(settings, terminal=os.isatty(1)), StdoutWriter())
     consume = ConsumeSettings(

@@ -13,6 +13,10 @@ or click. It owns:
   the sink settles done, requeue (with backoff) when it fails; flushes on a timer and
   when a consumer is starved; the -n budget across topics; stop on signal (at once
   while still connecting);
+- publishing.py: to_nsq's run: records read, held to a rate, routed by shard key,
+  published to every nsqd; the failed file; what a stop and a second signal mean;
+- progress.py: a count's rate every interval, for the status lines the commands draw;
+- stdio.py: the standard streams from trio: whole writes, chunked reads, a closed pipe;
 - deadletters.py: messages given up (past max_attempts, or refused with a dead-letter
   destination) kept in a file, a topic or the log before their FIN, and counted.
 """

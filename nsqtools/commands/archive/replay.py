@@ -82,7 +82,7 @@ def command(**options: Any) -> None:
         print_tables(new_console(), _summary_tables(replayed, options))
     failed = replayed.failed.total()
     if failed:
-        from nsqtools.commands.to_nsq import unpublished
+        from nsqtools.runtime.publishing import unpublished
 
         total = replayed.published.total() + failed
         fail(unpublished(failed, total, replayed.reasons, "messages"))
