@@ -4,6 +4,8 @@ Between the commands and the runtime: the commands parse flags and build setting
 archive sink (a runtime Sink) writes each topic's messages to files and settles them
 only once the file holding them is synced. It owns:
 
+- run.py: nsq_to_file's run: recovery first, a TopicArchive per topic fed by the
+  runtime's consumers, every archive closed at the end, even after a failure;
 - names.py: the filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>), Go's
   strftime, and the rule that no name leaves the output (or work) directory;
 - recovery.py: files a crash left behind, cut back to their last complete record or

@@ -11,7 +11,6 @@ terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,27 +40,12 @@ from nsqtools.commands.options import (
 
 if TYPE_CHECKING:
     from nsqtools.archive.names import FilenameFormat
-    from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings, TopicArchive
+    from nsqtools.archive.run import ArchiveRunSettings, StatusLine
+    from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings
     from nsqtools.config import ClientConfig
-    from nsqtools.runtime.deadletters import DeadLetterSettings
-    from nsqtools.runtime.sinks import SinkFailed
-    from nsqtools.runtime.topics import LookupdTopics, TopicPattern
+    from nsqtools.runtime.topics import TopicPattern
 
 TOOL = "nsq_to_file"
-
-
-@dataclass
-class ToFileSettings:
-    topics: list[str]  # given with --topic (and matching --topic-pattern)
-    pattern: TopicPattern | None
-    nsqd_tcp_addresses: list[str]
-    lookupd_http_addresses: list[str]
-    topic_refresh: float
-    http_timeouts: tuple[float, float]  # connect, request
-    config: ClientConfig
-    archive: ArchiveSettings
-    status: bool  # a status line on stderr
-    dead_letters: DeadLetterSettings
 
 
 @click.command("to-file", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
@@ -171,11 +155,14 @@ class ToFileSettings:
 def command(**options: Any) -> None:
     """Write the messages of topics to files, rotated, optionally gzipped."""
     settings = _settings(options)
+    shown = options["status"]
+    status = _StatusLine() if (sys.stderr.isatty() if shown is None else shown) else None
     configure_logging(options["log_level"], options["log_prefix"])
-    run_event_loop(to_file, settings)
+    run_event_loop(_archive, settings, status)
 
 
-def _settings(options: dict[str, Any]) -> ToFileSettings:
+def _settings(options: dict[str, Any]) -> ArchiveRunSettings:
+    from nsqtools.archive.run import ArchiveRunSettings
     from nsqtools.commands.options import dead_letter_settings
 
     if options["arguments"]:
@@ -201,8 +188,7 @@ def _settings(options: dict[str, Any]) -> ToFileSettings:
         fail("no --topic matches --topic-pattern: nothing to archive")
     archive = _archive_settings(options)
     _check_names(topics, options["channel"], archive.names)
-    status = options["status"]
-    return ToFileSettings(
+    return ArchiveRunSettings(
         topics=[topic for topic in topics if pattern is None or pattern.search(topic)],
         pattern=pattern,
         nsqd_tcp_addresses=nsqd,
@@ -211,7 +197,6 @@ def _settings(options: dict[str, Any]) -> ToFileSettings:
         http_timeouts=(connect_timeout, request_timeout),
         config=_config(options),
         archive=archive,
-        status=sys.stderr.isatty() if status is None else status,
         dead_letters=dead_letter_settings(options),
     )
 
@@ -289,108 +274,29 @@ def _check_names(topics: list[str], channel: str, names: FilenameFormat) -> None
         fail(str(error))
 
 
-async def to_file(settings: ToFileSettings) -> None:
-    import trio
-
-    from nsqtools.archive.inprogress import recover_crashed_files
-    from nsqtools.archive.sink import ArchiveCounters, TopicArchive
-    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+async def _archive(settings: ArchiveRunSettings, status: StatusLine | None) -> None:
+    from nsqtools.archive.run import run_archive
     from nsqtools.runtime.deadletters import GivenUp
     from nsqtools.runtime.sinks import SinkFailed
 
-    archive = settings.archive
-    await trio.to_thread.run_sync(
-        recover_crashed_files, archive.work_dir, archive.output_dir, archive.names
-    )
-    counters = ArchiveCounters()
-    archives: dict[str, TopicArchive] = {}
-
-    consume = ConsumeSettings(
-        topics=settings.topics,
-        channel=archive.channel,
-        config=settings.config,
-        nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
-        lookupd_http_addresses=settings.lookupd_http_addresses,
-        topic_refresh=settings.topic_refresh,
-        dead_letters=settings.dead_letters,
-    )
-    failure: SinkFailed | GivenUp | None = None
-    async with trio.open_nursery() as nursery:
-
-        def sink_for(topic: str) -> TopicArchive:
-            archives[topic] = TopicArchive(topic, archive, counters)
-            return archives[topic]
-
-        def close_all() -> None:
-            for topic_archive in list(archives.values()):
-                nursery.start_soon(_close, topic_archive)
-
-        if settings.status:
-            nursery.start_soon(_show_status, counters)
-        try:
-            await run_consumers(consume, sink_for, _topic_finder(settings), on_hangup=close_all)
-        except (SinkFailed, GivenUp) as error:
-            failure = error
-        for topic_archive in archives.values():  # every one, even after a failure
-            closing_failure = await _close(topic_archive)
-            failure = failure or closing_failure
-        nursery.cancel_scope.cancel()
-    if settings.status:
-        sys.stderr.write("\n")
-    if failure is not None:
-        fail(str(failure))
-
-
-async def _close(archive: TopicArchive) -> SinkFailed | None:
-    from nsqtools.runtime.sinks import SinkFailed
-
     try:
-        await archive.close()
-    except SinkFailed as error:
-        return error
-    return None
+        await run_archive(settings, status)
+    except (SinkFailed, GivenUp) as error:
+        fail(str(error))
 
 
-def _topic_finder(settings: ToFileSettings) -> LookupdTopics | None:
-    """With no --topic: the lookupds' topics that match the pattern (Go's discovery)."""
-    if settings.topics or not settings.lookupd_http_addresses:
-        return None
-    from nsqtools.archive.names import BadName
-    from nsqtools.runtime.topics import LookupdTopics
+class _StatusLine:
+    """The status line on stderr: messages, rate, size, files, syncs."""
 
-    names = settings.archive.names
-
-    def unsafe(topic: str) -> str | None:
-        try:
-            names.check_topic(topic)
-        except BadName as error:
-            return str(error)
-        return None
-
-    connect_timeout, request_timeout = settings.http_timeouts
-    return LookupdTopics(
-        settings.lookupd_http_addresses,
-        settings.pattern,
-        connect_timeout=connect_timeout,
-        request_timeout=request_timeout,
-        check=unsafe,
-    )
-
-
-async def _show_status(counters: ArchiveCounters) -> None:
-    import trio
-
-    last, last_time = counters.messages, trio.current_time()
-    while True:
-        await trio.sleep(1)
-        now = trio.current_time()
-        rate = (counters.messages - last) / (now - last_time)
-        last, last_time = counters.messages, now
+    def show(self, counters: ArchiveCounters, per_second: float) -> None:
         sys.stderr.write(
-            f"\r{counters.messages:,} messages  {rate:,.0f} msg/s  "
+            f"\r{counters.messages:,} messages  {per_second:,.0f} msg/s  "
             f"{counters.bytes / 1e6:,.1f} MB  {counters.files} files  {counters.syncs} syncs "
         )
         sys.stderr.flush()
+
+    def end(self) -> None:
+        sys.stderr.write("\n")
 
 
 def main() -> None:
