@@ -18,10 +18,11 @@ from rich.console import Console
 
 from nsqtools.cluster import Cluster as Where
 from nsqtools.commands.cluster_cli import print_tables
-from nsqtools.commands.inspect.channel import channel_tables
+from nsqtools.commands.inspect.channel import channel_tables, clients_table
 from nsqtools.commands.inspect.topic import topic_tables
 from nsqtools.httpapi import lookupd as lookupd_api
-from nsqtools.inspection import gather_channel, gather_topic
+from nsqtools.httpapi.nsqd import ClientStats
+from nsqtools.inspection import ClientRow, gather_channel, gather_topic
 from nsqtools.testing import Nsqd, Nsqlookupd, our_tool, running, wait_until
 from nsqtools.testing.cluster import ask
 from tests.conftest import Cluster, LocalNsq
@@ -335,6 +336,21 @@ def test_a_channel_in_detail_lists_its_clients(cluster2: Cluster) -> None:
         1 if address == first.http_address else 0
         for address in sorted([first.http_address, second.http_address])
     ]
+
+
+def test_cluster_text_is_never_read_as_markup() -> None:
+    """A client's user agent is the client's to choose: `[/]` in it, which rich would
+    read as a closing tag (and fail), shows as it is on a terminal."""
+    client = ClientStats(
+        client_id="c", hostname="h[bold]", version="V2", remote_address="127.0.0.1:1",
+        user_agent="evil/[/] [red]x[/red]", state=3, ready_count=1, in_flight_count=0,
+        message_count=0, finish_count=0, requeue_count=0, connect_ts=0, sample_rate=0,
+        tls=False, snappy=False, deflate=False, authed=False, auth_identity="", pub_counts={},
+    )  # fmt: skip
+    lines = recorded([clients_table([ClientRow("127.0.0.1:4151", client)], now=0)])
+    [row] = [line for line in lines if "127.0.0.1:4151" in line]
+    assert "evil/[/] [red]x[/red]" in row
+    assert "h[bold]" in row
 
 
 def test_a_channel_shows_the_e2e_latency_nsqd_measures(local_nsq: LocalNsq) -> None:

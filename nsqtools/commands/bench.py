@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     EXIT_INTERRUPTED,
@@ -31,7 +32,6 @@ from nsqtools.commands.options import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console
     from rich.progress import Progress, TaskID
 
     from nsqtools.benchmark import BenchResults, BenchRun, BenchSettings, LiveCounts, Mode
@@ -281,22 +281,16 @@ class _Outputs:
         if str(self.json_file) == str(self.csv_file) == STDOUT:
             fail("--json - and --csv -: only one of them can have stdout")
         self.tables = STDOUT not in (str(self.json_file), str(self.csv_file))
-        self.color = not (options["no_color"] or os.environ.get("NO_COLOR"))
+        consoles.use_color(not (options["no_color"] or os.environ.get("NO_COLOR")))
         self.progress = sys.stderr.isatty()
 
     def write(self, results: BenchResults) -> None:
         if self.tables:
-            _console(self.color).print(*summary_tables(results))
+            consoles.stdout().print(*summary_tables(results))
         if self.json_file is not None:
             _write_json(self.json_file, results)
         if self.csv_file is not None:
             _write_csv(self.csv_file, results)
-
-
-def _console(color: bool, *, stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, no_color=not color, highlight=False)
 
 
 def _write_json(path: Path, results: BenchResults) -> None:
@@ -350,7 +344,7 @@ async def _bench(settings: BenchSettings, outputs: _Outputs) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(functools.partial(watch_signals, bench.interrupt))
         if outputs.progress:
-            nursery.start_soon(_show_progress, bench, outputs.color)
+            nursery.start_soon(_show_progress, bench)
         results = await bench.run()
         nursery.cancel_scope.cancel()
     outputs.write(results)
@@ -358,7 +352,7 @@ async def _bench(settings: BenchSettings, outputs: _Outputs) -> None:
         fail("interrupted: the figures cover the run until then", EXIT_INTERRUPTED)
 
 
-async def _show_progress(bench: BenchRun, color: bool) -> None:
+async def _show_progress(bench: BenchRun) -> None:
     """Progress bars on stderr, redrawn every REFRESH_INTERVAL, gone at the end."""
     import trio
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -368,7 +362,7 @@ async def _show_progress(bench: BenchRun, color: bool) -> None:
         BarColumn(),
         TextColumn("{task.fields[messages]:>12,} msgs {task.fields[rate]:>11,.0f} msg/s"),
         TimeElapsedColumn(),
-        console=_console(color, stderr=True),
+        console=consoles.stderr(),
         auto_refresh=False,
         transient=True,
     )

@@ -129,12 +129,6 @@ class Table:
         self.rows.append((list(cells), style))
 
 
-def new_console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr)
-
-
 def print_tables(console: Console, tables: Sequence[Table]) -> None:
     """Rich tables on a terminal; else each title, header and row as one aligned line,
     a blank line between tables."""
@@ -162,16 +156,21 @@ def plain_lines(table: Table) -> list[str]:
 
 
 def _rich_table(table: Table) -> Any:
+    """The table for rich, every text as Text: cells come from the cluster (a client's
+    user agent may hold `[/]`), and rich would read a string as markup."""
     from rich import box
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     rich_table = RichTable(
-        title=table.title or None, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD
+        title=Text(table.title, style="bold") if table.title else None,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
     )
     for column in table.columns:
         rich_table.add_column(column.header, justify="right" if column.numeric else "left")
     for cells, style in table.rows:
-        rich_table.add_row(*cells, style=style or None)
+        rich_table.add_row(*map(Text, cells), style=style or None)
     return rich_table
 
 

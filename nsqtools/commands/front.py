@@ -293,6 +293,12 @@ def _print_error(prog_name: str, message: str, debug: bool) -> None:
         import traceback
 
         traceback.print_exc()
+    error_line(prog_name, message)
+
+
+def error_line(prog_name: str, message: str) -> None:
+    """`<program>: error: <the message's first line>` on stderr: how every command ends
+    when it fails. Written as it is (no console): it may come before anything is set up."""
     first_line = message.strip().splitlines()[0] if message.strip() else "failed"
     sys.stderr.write(f"{prog_name}: error: {first_line}\n")
     sys.stderr.flush()

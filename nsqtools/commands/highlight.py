@@ -9,18 +9,21 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from rich.console import Console
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
-_console = Console(force_terminal=True, highlight=False, markup=False, soft_wrap=True)
+from nsqtools.commands import consoles
+
 _highlighter = JSONHighlighter()
 
 
 def highlighted_lines(bodies: Sequence[bytes], prefix: bytes = b"") -> bytes:
-    with _console.capture() as capture:
+    """The lines of the bodies as the stdout console (a terminal) draws them, with their
+    ANSI colours, for a writer to write."""
+    console = consoles.stdout()
+    with console.capture() as capture:
         for body in bodies:
-            _console.print(_line(body, prefix))
+            console.print(_line(body, prefix), soft_wrap=True)
     return capture.get().encode()
 
 

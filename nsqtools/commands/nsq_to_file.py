@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands.consoles import end_status_line, status_line
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
@@ -289,14 +290,13 @@ class _StatusLine:
     """The status line on stderr: messages, rate, size, files, syncs."""
 
     def show(self, counters: ArchiveCounters, per_second: float) -> None:
-        sys.stderr.write(
-            f"\r{counters.messages:,} messages  {per_second:,.0f} msg/s  "
+        status_line(
+            f"{counters.messages:,} messages  {per_second:,.0f} msg/s  "
             f"{counters.bytes / 1e6:,.1f} MB  {counters.files} files  {counters.syncs} syncs "
         )
-        sys.stderr.flush()
 
     def end(self) -> None:
-        sys.stderr.write("\n")
+        end_status_line()
 
 
 def main() -> None:

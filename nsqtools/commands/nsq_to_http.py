@@ -210,8 +210,9 @@ def _targets(options: dict[str, Any]) -> list[Target]:
 
 
 async def to_http(settings: ToHttpSettings) -> None:
+    from nsqtools.commands.consoles import go_log
     from nsqtools.relays.http import HttpCounts, HttpRelay
-    from nsqtools.relays.status import RelayStatus, go_log_to_stderr
+    from nsqtools.relays.status import RelayStatus
     from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
 
     consume = ConsumeSettings(
@@ -223,14 +224,14 @@ async def to_http(settings: ToHttpSettings) -> None:
         dead_letters=settings.dead_letters,
     )
     addresses = [target.address for target in settings.relay.targets]
-    status = RelayStatus(settings.status_every, addresses, go_log_to_stderr)
+    status = RelayStatus(settings.status_every, addresses, go_log)
     counts = HttpCounts()
     run = RunCounters()
     try:
         async with HttpRelay(settings.relay, status, counts) as relay:
             await run_consumers(consume, lambda topic: relay, counters=run)
     finally:
-        go_log_to_stderr(summary(counts, sum(run.given_up.values())))
+        go_log(summary(counts, sum(run.given_up.values())))
 
 
 def summary(counts: HttpCounts, given_up: int) -> str:

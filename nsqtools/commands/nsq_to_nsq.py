@@ -167,8 +167,9 @@ def _json_filter(options: dict[str, Any]) -> JsonFilter:
 
 
 async def relay(settings: RelaySettings) -> None:
+    from nsqtools.commands.consoles import go_log
     from nsqtools.relays.nsq import Relay
-    from nsqtools.relays.status import RelayStatus, go_log_to_stderr
+    from nsqtools.relays.status import RelayStatus
     from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
 
     consume = ConsumeSettings(
@@ -179,7 +180,7 @@ async def relay(settings: RelaySettings) -> None:
         lookupd_http_addresses=settings.lookupd_http_addresses,
         dead_letters=settings.dead_letters,
     )
-    status = RelayStatus(settings.status_every, settings.destinations, go_log_to_stderr)
+    status = RelayStatus(settings.status_every, settings.destinations, go_log)
     async with Relay(
         settings.destinations,
         settings.destination_topic,
@@ -187,7 +188,7 @@ async def relay(settings: RelaySettings) -> None:
         settings.mode,
         json_filter=settings.json_filter,
         status=status,
-        report=go_log_to_stderr,
+        report=go_log,
     ) as relaying:
         await run_consumers(consume, relaying.sink)
 

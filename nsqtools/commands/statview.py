@@ -14,11 +14,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from nsqtools.commands import consoles
 from nsqtools.durations import format_duration
 from nsqtools.httpapi.nsqd import Percentile
 from nsqtools.stats.counters import Counters, Rates
@@ -57,7 +58,8 @@ class LiveTable:
 def live_table(topic: str, interval: float, color: bool) -> Iterator[LiveTable]:
     """The live table of `topic` polled every `interval` for the run; the last drawing
     stays on screen after it."""
-    console = Console(no_color=not color, highlight=False)
+    consoles.use_color(color)
+    console = consoles.stdout()
     waiting = Text(f"nsq_stat: polling topic {topic}...", style="dim")
     with Live(
         waiting, console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False

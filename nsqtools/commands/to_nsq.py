@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands.consoles import status_line
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
     YOUZAN,
     GoFlagsCommand,
     configure_logging,
+    error_line,
     fail,
     grouped_option,
     run,
@@ -222,19 +224,15 @@ class _ProgressLine:
     """The progress line on stderr (a terminal): published, rate, failed."""
 
     def show(self, published: int, per_second: float, failed: int) -> None:
-        line = f"{published:,} published, {per_second:,.0f}/s, {failed:,} failed"
-        sys.stderr.write(f"\r\x1b[K{line}")
-        sys.stderr.flush()
+        status_line(f"{published:,} published, {per_second:,.0f}/s, {failed:,} failed", clear=True)
 
     def clear(self) -> None:
-        sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
+        status_line("", clear=True)
 
 
 def _say_lost(problem: str) -> None:
     """What a second signal loses, in the line the command would have ended with."""
-    sys.stderr.write(f"{TOOL}: error: {problem}\n")
-    sys.stderr.flush()
+    error_line(TOOL, problem)
 
 
 def main() -> None:

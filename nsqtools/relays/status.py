@@ -9,24 +9,18 @@ nsq_to_http log the latencies of the last --status-every of them, as Go's do:
 Go's window, percentile rule and wording, so a script that reads Go's lines reads ours;
 beyond Go, the line ends with the rate since the last one. The first line comes after
 status_every + 1 requests (Go prints when its ring of timings wraps), then one every
-status_every. Go warns when fewer than 100 are asked for.
+status_every. Go warns when fewer than 100 are asked for. Each line goes to the `emit`
+the command gives (nsqtools.commands.consoles.go_log: Go's logger on stderr).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
 
-Emit = Callable[[str], None]
-
-
-def go_log_to_stderr(text: str) -> None:
-    """`text` on stderr as Go's standard logger prints it (the relays' status lines, and
-    the lines Go's tools print with it): the local time, then the text."""
-    sys.stderr.write(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {text}\n")
+Emit = Callable[[str], None]  # a status line, without the time: the command logs it
 
 
 def percentile(percent: float, ordered: list[float]) -> float:

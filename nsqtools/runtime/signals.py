@@ -126,6 +126,9 @@ def _take_stop_signals() -> Callable[[], None]:
 
 def exit_at_once(signum: int) -> None:
     """End the process now with 128+signum, as a second stop signal asks."""
+    # sys.stderr itself, not a console: this may run in the signal handler, in the
+    # middle of whatever the program was writing (a console's lock held, its buffer
+    # half full); the flush hands on what the watcher said last.
     try:
         if sys.stderr is not None:
             sys.stderr.flush()

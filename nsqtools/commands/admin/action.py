@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     HTTP_TIMEOUT_OPTION,
     Column,
@@ -18,7 +19,6 @@ from nsqtools.commands.cluster_cli import (
     cluster_from,
     cluster_options,
     json_option,
-    new_console,
     print_json,
     print_tables,
     with_client,
@@ -60,7 +60,7 @@ def run_action(action: Action, options: dict[str, Any]) -> None:
     if options["as_json"]:
         print_json(outcomes_json(action, outcomes))
     else:
-        print_tables(new_console(), [outcomes_table(outcomes)])
+        print_tables(consoles.stdout(), [outcomes_table(outcomes)])
     if not succeeded(outcomes):
         fail(failure_summary(action, outcomes))
 

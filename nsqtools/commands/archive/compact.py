@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.archive.jobs import (
     Scanned,
     archive_options,
@@ -18,7 +19,7 @@ from nsqtools.commands.archive.jobs import (
     run_job,
     sources_argument,
 )
-from nsqtools.commands.cluster_cli import Column, Table, new_console, print_tables
+from nsqtools.commands.cluster_cli import Column, Table, print_tables
 from nsqtools.commands.front import CONTEXT_SETTINGS
 
 if TYPE_CHECKING:
@@ -51,12 +52,12 @@ def command(**options: Any) -> None:
     halfway leaves no partial partition, and the same input gives the same rows.
     """
     out: Path = options["out"].absolute()
-    console = new_console()
+    console = consoles.stdout()
     run = run_job(
         options,
         find_archives(options),
         lambda spark, files: _compact(spark, files, out),
-        new_console(stderr=True),
+        consoles.stderr(),
     )
     outcome = run.result
     if options["as_json"]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.archive.jobs import (
     Sources,
     archive_options,
@@ -18,7 +19,7 @@ from nsqtools.commands.archive.jobs import (
     run_job,
     sources_argument,
 )
-from nsqtools.commands.cluster_cli import Column, Table, new_console, print_tables
+from nsqtools.commands.cluster_cli import Column, Table, print_tables
 from nsqtools.commands.front import CONTEXT_SETTINGS, fail
 from nsqtools.commands.options import check_addresses, connection_options, nsqd_addresses
 
@@ -73,13 +74,13 @@ def command(**options: Any) -> None:
         options,
         find_sources(options),
         lambda spark, files: _replay(spark, files, options, config),
-        new_console(stderr=True),
+        consoles.stderr(),
     )
     replayed = run.result
     if options["as_json"]:
         click.echo(json.dumps(_summary_json(replayed, options, run.seconds), sort_keys=True))
     else:
-        print_tables(new_console(), _summary_tables(replayed, options))
+        print_tables(consoles.stdout(), _summary_tables(replayed, options))
     failed = replayed.failed.total()
     if failed:
         from nsqtools.runtime.publishing import unpublished

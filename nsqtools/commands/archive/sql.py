@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.archive.jobs import Sources, archive_options, find_sources, run_job
-from nsqtools.commands.cluster_cli import Column, Table, new_console, print_tables
+from nsqtools.commands.cluster_cli import Column, Table, print_tables
 from nsqtools.commands.front import CONTEXT_SETTINGS
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def command(**options: Any) -> None:
         register(spark, table, options["query"], options["body_schema"], options["sample_size"])
         _print(spark.sql(options["query"]), output, limit)
 
-    run_job(options, find_sources(options), query, new_console(stderr=True))
+    run_job(options, find_sources(options), query, consoles.stderr())
 
 
 def _print(result: DataFrame, output: str, limit: int) -> None:
@@ -107,7 +108,7 @@ def _print_table(columns: list[str], rows: list[Row], limited: DataFrame, limit:
         table.add([_text(value) for value in row])
     if limit and len(rows) == limit and limited.count() > limit:
         table.title = f"the first {limit:,} rows (--limit 0 for all)"
-    print_tables(new_console(), [table])
+    print_tables(consoles.stdout(), [table])
 
 
 def _text(value: Any) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.archive.jobs import (
     Scanned,
     archive_options,
@@ -18,7 +19,7 @@ from nsqtools.commands.archive.jobs import (
     run_job,
     sources_argument,
 )
-from nsqtools.commands.cluster_cli import Column, Table, new_console, print_tables
+from nsqtools.commands.cluster_cli import Column, Table, print_tables
 from nsqtools.commands.front import CONTEXT_SETTINGS, fail
 
 if TYPE_CHECKING:
@@ -46,12 +47,12 @@ def command(**options: Any) -> None:
     last timestamp. A damaged file (a gzip member cut short or corrupt, a last line
     without its newline) is named, and its whole lines before the damage are counted.
     """
-    run = run_job(options, find_archives(options), _stats, new_console(stderr=True))
+    run = run_job(options, find_archives(options), _stats, consoles.stderr())
     outcome = run.result
     if options["as_json"]:
         click.echo(json.dumps(_as_json(outcome), sort_keys=True, default=str))
     else:
-        print_tables(new_console(), _tables(outcome))
+        print_tables(consoles.stdout(), _tables(outcome))
     damaged, malformed = len(outcome.damaged()), sum(outcome.result.malformed.values())
     if options["strict"] and (damaged or malformed):
         fail(f"--strict: {damaged} damaged files, {malformed} lines that are no envelope")

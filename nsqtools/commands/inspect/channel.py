@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -18,7 +19,6 @@ from nsqtools.commands.cluster_cli import (
     fail_on,
     flag_cell,
     json_option,
-    new_console,
     print_json,
     print_tables,
 )
@@ -69,7 +69,7 @@ def command(topic: str, channel: str, **options: Any) -> None:
         print_json(channel_json(view))
     else:
         rates = options["interval"] is not None
-        print_tables(new_console(), channel_tables(view, rates, now=time.time()))
+        print_tables(consoles.stdout(), channel_tables(view, rates, now=time.time()))
     fail_on(view.failures)
 
 

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     check_names,
     cluster_options,
     fail_on,
     json_option,
-    new_console,
     print_json,
     print_tables,
 )
@@ -48,7 +48,7 @@ def command(topic: str, **options: Any) -> None:
         print_json(channels_json(view))
     else:
         rates = options["interval"] is not None
-        print_tables(new_console(), [channels_table(view.channels, rates)])
+        print_tables(consoles.stdout(), [channels_table(view.channels, rates)])
     fail_on(view.failures)
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -13,7 +14,6 @@ from nsqtools.commands.cluster_cli import (
     cluster_options,
     fail_on,
     json_option,
-    new_console,
     print_json,
     print_tables,
     with_client,
@@ -43,7 +43,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         print_json(nodes_json(view))
     else:
-        print_tables(new_console(), nodes_tables(view))
+        print_tables(consoles.stdout(), nodes_tables(view))
     fail_on(view.failures)
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -13,7 +14,6 @@ from nsqtools.commands.cluster_cli import (
     cluster_options,
     fail_on,
     json_option,
-    new_console,
     print_json,
     print_tables,
 )
@@ -62,7 +62,7 @@ def command(topic: str, **options: Any) -> None:
     if options["as_json"]:
         print_json(topic_json(view))
     else:
-        print_tables(new_console(), topic_tables(view, options["interval"] is not None))
+        print_tables(consoles.stdout(), topic_tables(view, options["interval"] is not None))
     fail_on(view.failures)
 
 

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
     cluster_options,
     fail_on,
     json_option,
-    new_console,
     print_json,
     print_tables,
 )
@@ -50,7 +50,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         print_json(topics_json(view))
     else:
-        print_tables(new_console(), topics_tables(view, rates=options["interval"] is not None))
+        print_tables(consoles.stdout(), topics_tables(view, rates=options["interval"] is not None))
     fail_on(view.failures)
 
 
