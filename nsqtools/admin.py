@@ -15,7 +15,7 @@ lookups of the topic, then deletes the topic there. A topic is created on the lo
 and on the nsqds given by address (an nsqd creates a topic the lookupds know once it
 is published to).
 
-    action = Action(Verb.PAUSE, "events", "archive")
+    action = AdminAction(Verb.PAUSE, "events", "archive")
     plan = await prepare(client, Cluster(lookupd_http_addresses=("127.0.0.1:4161",)), action)
     outcomes = await execute(client, plan)
     if not succeeded(outcomes): ...
@@ -64,7 +64,7 @@ class AdminError(NsqError):
 
 
 @dataclass(frozen=True)
-class Action:
+class AdminAction:
     verb: Verb
     topic: str
     channel: str = ""  # "": the action is on the topic
@@ -80,7 +80,7 @@ class Action:
 
 @dataclass(frozen=True)
 class Plan:
-    action: Action
+    action: AdminAction
     steps: tuple[Step, ...]
     # Lookupds that could not say which nsqds have the topic: the plan may miss some.
     failures: tuple[HttpApiError, ...] = ()
@@ -93,7 +93,7 @@ class Result(Enum):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class NodeOutcome:
     """What one node answered to one request of the action."""
 
     server: str  # "nsqd" or "nsqlookupd"
@@ -103,7 +103,7 @@ class Outcome:
     detail: str = ""  # why it failed, or the node's NOT_FOUND answer
 
     @classmethod
-    def of(cls, call: Call[None], answer: HttpApiError | None) -> Outcome:
+    def of(cls, call: Call[None], answer: HttpApiError | None) -> NodeOutcome:
         request = f"{call.method} {call.path}"
         if answer is None:
             return cls(call.server, call.address, request, Result.OK)
@@ -111,7 +111,7 @@ class Outcome:
         return cls(call.server, call.address, request, result, _detail(answer))
 
     @classmethod
-    def failed(cls, error: HttpApiError) -> Outcome:
+    def failed(cls, error: HttpApiError) -> NodeOutcome:
         """A request made to find the nodes to act on, that failed."""
         request, _, detail = error.reason.partition(": ")
         return cls(error.server, error.address, request, Result.FAILED, detail)
@@ -123,7 +123,7 @@ def _detail(error: HttpApiError) -> str:
 
 
 def plan_steps(
-    action: Action,
+    action: AdminAction,
     nsqds: Sequence[str],
     lookupds: Sequence[str],
     producer: NsqdNode | None = None,
@@ -142,7 +142,7 @@ def plan_steps(
     return _steps(*_lookupd_steps(action, lookupds), on_nsqds)
 
 
-def _lookupd_steps(action: Action, lookupds: Sequence[str]) -> list[list[Call[None]]]:
+def _lookupd_steps(action: AdminAction, lookupds: Sequence[str]) -> list[list[Call[None]]]:
     topic, channel = action.topic, action.channel
     if action.verb is Verb.CREATE:
         topics = [lookupd.create_topic(address, topic) for address in lookupds]
@@ -183,7 +183,7 @@ def _nsqd_call(verb: Verb, address: str, topic: str, channel: str) -> Call[None]
     return _TOPIC_CALLS[verb](address, topic)
 
 
-async def prepare(client: httpx.AsyncClient, cluster: Cluster, action: Action) -> Plan:
+async def prepare(client: httpx.AsyncClient, cluster: Cluster, action: AdminAction) -> Plan:
     """The plan of the action on this cluster: its nsqds found (given, or the topic's
     producers through the lookupds); AdminError when there is nothing to act on."""
     lookupds = cluster.lookupd_http_addresses
@@ -200,13 +200,13 @@ async def prepare(client: httpx.AsyncClient, cluster: Cluster, action: Action) -
     return Plan(action, plan_steps(action, nsqds, lookupds), tuple(failures))
 
 
-def _nothing_to_act_on(action: Action, failures: Sequence[HttpApiError]) -> str:
+def _nothing_to_act_on(action: AdminAction, failures: Sequence[HttpApiError]) -> str:
     reason = f"; {failures[0]}" if failures else ""
     return f"cannot {action}: no nsqd has topic {action.topic}{reason}"
 
 
 async def _find_producer(
-    client: httpx.AsyncClient, cluster: Cluster, action: Action
+    client: httpx.AsyncClient, cluster: Cluster, action: AdminAction
 ) -> tuple[NsqdNode, list[HttpApiError]]:
     """The nsqd to tombstone, as the lookupds know it (they match it by broadcast
     address and HTTP port, so an address they do not list would change nothing)."""
@@ -227,17 +227,19 @@ async def _find_producer(
 
 async def execute(
     client: httpx.AsyncClient, plan: Plan, *, timeout_option: str = ""
-) -> list[Outcome]:
+) -> list[NodeOutcome]:
     """Send the plan, step after step; every call's outcome, the plan's failures first.
     `timeout_option` names the setting of the client's timeout in a timed-out outcome."""
-    outcomes = [Outcome.failed(error) for error in plan.failures]
+    outcomes = [NodeOutcome.failed(error) for error in plan.failures]
     for step in plan.steps:
         answers = await discovery.send_each(client, step, timeout_option=timeout_option)
-        outcomes += [Outcome.of(call, answer) for call, answer in zip(step, answers, strict=True)]
+        outcomes += [
+            NodeOutcome.of(call, answer) for call, answer in zip(step, answers, strict=True)
+        ]
     return outcomes
 
 
-def succeeded(outcomes: Sequence[Outcome]) -> bool:
+def succeeded(outcomes: Sequence[NodeOutcome]) -> bool:
     """No node failed, and at least one did what was asked."""
     results = {outcome.result for outcome in outcomes}
     return Result.FAILED not in results and Result.OK in results

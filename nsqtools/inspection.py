@@ -82,7 +82,7 @@ class ClientRow:
 
 
 @dataclass(frozen=True)
-class NodeRow:
+class NsqdRow:
     """One nsqd: what the lookupds say of it, and what its /stats says."""
 
     http_address: str
@@ -195,7 +195,7 @@ def channels_held(
     ]
 
 
-def node_rows(polled: Sequence[NodeStats], registered: Sequence[RegisteredNsqd]) -> list[NodeRow]:
+def node_rows(polled: Sequence[NodeStats], registered: Sequence[RegisteredNsqd]) -> list[NsqdRow]:
     """One row per polled nsqd, with what the lookupds said of it; by HTTP address."""
     known = {node.http_address: node for node in registered}
     return [_node_row(node, known.get(node.address)) for node in sorted(polled, key=_by_address)]
@@ -205,8 +205,8 @@ def _by_address(node: NodeStats) -> str:
     return node.address
 
 
-def _node_row(node: NodeStats, registered: RegisteredNsqd | None) -> NodeRow:
-    row = NodeRow(http_address=node.address, error=node.error)
+def _node_row(node: NodeStats, registered: RegisteredNsqd | None) -> NsqdRow:
+    row = NsqdRow(http_address=node.address, error=node.error)
     if registered is not None:
         row = replace(
             row,
@@ -298,7 +298,7 @@ class ChannelView:
 
 @dataclass(frozen=True)
 class NodesView:
-    nodes: tuple[NodeRow, ...]
+    nodes: tuple[NsqdRow, ...]
     lookupds: tuple[LookupdRow, ...] = ()
     failures: tuple[HttpApiError, ...] = ()
 

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from nsqtools.archive.files import ArchiveFile, gzip_member
+from nsqtools.archive.files import ArchiveWriter, gzip_member
 from nsqtools.archive.inprogress import (
     MARKERS,
     Marker,
@@ -30,7 +30,7 @@ STEM = "orders.host<REV>.2026-11-27_01.log"
 
 def test_records_reach_the_file_only_at_a_sync(tmp_path: Path) -> None:
     path = tmp_path / "a.log"
-    archive = ArchiveFile.open(path, exclusive=True, gzip_level=None)
+    archive = ArchiveWriter.open(path, exclusive=True, gzip_level=None)
     archive.add(b"one\n")
     archive.add(b"two\n")
     assert archive.has_unsynced
@@ -43,7 +43,7 @@ def test_records_reach_the_file_only_at_a_sync(tmp_path: Path) -> None:
 
 def test_each_gzip_sync_is_one_whole_member(tmp_path: Path) -> None:
     path = tmp_path / "a.log.gz"
-    archive = ArchiveFile.open(path, exclusive=True, gzip_level=6)
+    archive = ArchiveWriter.open(path, exclusive=True, gzip_level=6)
     archive.add(b"one\n")
     archive.sync()
     first_member = path.read_bytes()
@@ -69,14 +69,14 @@ def test_a_gzip_member_has_gos_header(level: int, extra_flags: int) -> None:
 
 def test_a_gzip_file_that_got_no_record_holds_an_empty_member(tmp_path: Path) -> None:
     path = tmp_path / "a.log.gz"
-    ArchiveFile.open(path, exclusive=True, gzip_level=6).close()
+    ArchiveWriter.open(path, exclusive=True, gzip_level=6).close()
     assert path.stat().st_size > 0  # gzip -d refuses a file of zero bytes
     assert gzip.decompress(path.read_bytes()) == b""
 
 
 def test_an_empty_plain_file_stays_empty(tmp_path: Path) -> None:
     path = tmp_path / "a.log"
-    ArchiveFile.open(path, exclusive=True, gzip_level=None).close()
+    ArchiveWriter.open(path, exclusive=True, gzip_level=None).close()
     assert path.read_bytes() == b""
 
 
@@ -84,7 +84,7 @@ def test_abandon_cuts_back_to_the_last_sync_and_drops_what_was_gathered(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.log"
-    archive = ArchiveFile.open(path, exclusive=True, gzip_level=None)
+    archive = ArchiveWriter.open(path, exclusive=True, gzip_level=None)
     archive.add(b"synced\n")
     archive.sync()
     archive.add(b"never written\n")
@@ -99,7 +99,7 @@ def test_an_exclusive_open_refuses_a_name_taken(tmp_path: Path) -> None:
     path = tmp_path / "a.log"
     path.write_bytes(b"someone else's\n")
     with pytest.raises(FileExistsError):
-        ArchiveFile.open(path, exclusive=True, gzip_level=None)
+        ArchiveWriter.open(path, exclusive=True, gzip_level=None)
     assert path.read_bytes() == b"someone else's\n"
 
 
@@ -107,7 +107,7 @@ def test_appending_counts_what_was_there_for_rotate_size(tmp_path: Path) -> None
     path = tmp_path / "topic" / "day" / "a.log"  # its directories are made
     path.parent.mkdir(parents=True)
     path.write_bytes(b"old\n")
-    archive = ArchiveFile.open(path, exclusive=False, gzip_level=None)
+    archive = ArchiveWriter.open(path, exclusive=False, gzip_level=None)
     assert archive.size == 4
     archive.add(b"new one\n")
     assert archive.size == 12  # counted as added, before any sync
@@ -116,7 +116,7 @@ def test_appending_counts_what_was_there_for_rotate_size(tmp_path: Path) -> None
 
 
 def test_the_size_counts_uncompressed_bytes_as_go_does(tmp_path: Path) -> None:
-    archive = ArchiveFile.open(tmp_path / "a.log.gz", exclusive=True, gzip_level=9)
+    archive = ArchiveWriter.open(tmp_path / "a.log.gz", exclusive=True, gzip_level=9)
     archive.add(b"x" * 10_000)
     archive.close()
     assert archive.size == 10_000
@@ -125,7 +125,7 @@ def test_the_size_counts_uncompressed_bytes_as_go_does(tmp_path: Path) -> None:
 
 def test_opening_makes_missing_directories(tmp_path: Path) -> None:
     path = tmp_path / "orders" / "2026-11-27" / "a.log"
-    archive = ArchiveFile.open(path, exclusive=True, gzip_level=None)
+    archive = ArchiveWriter.open(path, exclusive=True, gzip_level=None)
     archive.close()
     assert path.exists()
 

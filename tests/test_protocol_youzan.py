@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsqtools.errors import NsqErrorResponse
-from nsqtools.httpapi.call import Answer, read_answer
+from nsqtools.httpapi.call import HttpAnswer, read_answer
 from nsqtools.httpapi.lookupd import TopicMeta, list_lookup, topic_lookup
 from nsqtools.protocol import (
     ErrorFrame,
@@ -258,7 +258,7 @@ DATA = {
 
 
 def _lookup(document: object, status: int = 200) -> object:
-    answer = Answer(status, "OK", json.dumps(document).encode())
+    answer = HttpAnswer(status, "OK", json.dumps(document).encode())
     return read_answer(topic_lookup("127.0.0.1:1", "yz_part", "w"), answer)
 
 
@@ -301,7 +301,7 @@ def test_listlookup_names_every_lookupd() -> None:
     }
     other = node | {"ID": "2", "HttpPort": "5161"}
     document = {"lookupdleader": node, "lookupdnodes": [node, other]}
-    answer = Answer(200, "OK", json.dumps(document).encode())
+    answer = HttpAnswer(200, "OK", json.dumps(document).encode())
     found = read_answer(list_lookup("127.0.0.1:4161"), answer)
     assert [lookupd.http_address for lookupd in found] == ["127.0.0.1:4161", "127.0.0.1:5161"]
 

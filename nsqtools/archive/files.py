@@ -38,7 +38,7 @@ def gzip_member(data: bytes, level: int) -> bytes:
     return b"".join((_GZIP_MAGIC, extra_flags, _GZIP_OS_UNKNOWN, deflated, trailer))
 
 
-class ArchiveFile:
+class ArchiveWriter:
     """An open archive file: add() gathers records, sync() makes them durable."""
 
     def __init__(self, path: Path, fd: int, gzip_level: int | None) -> None:
@@ -54,7 +54,7 @@ class ArchiveFile:
         self._closed = False
 
     @classmethod
-    def open(cls, path: Path, *, exclusive: bool, gzip_level: int | None) -> ArchiveFile:
+    def open(cls, path: Path, *, exclusive: bool, gzip_level: int | None) -> ArchiveWriter:
         """Open for appending, or create it exclusively (FileExistsError if it exists),
         making its missing directories. The directory entries are synced before any
         record is: a file fsync() does not make its name durable, and a power loss must

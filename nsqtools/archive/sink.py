@@ -32,7 +32,7 @@ from typing import TypeVar
 import trio
 
 from nsqtools import formats
-from nsqtools.archive.files import ArchiveFile
+from nsqtools.archive.files import ArchiveWriter
 from nsqtools.archive.inprogress import Marker, OpenFile, destinations
 from nsqtools.archive.names import FilenameFormat
 from nsqtools.archive.placing import move_without_overwrite
@@ -94,7 +94,7 @@ class TopicArchive:
         self._lock = trio.Lock()  # the file's state: rotation, closing
         self._stem_second = -1  # the second _stem_now was computed for
         self._stem_now = ""
-        self._file: ArchiveFile | None = None
+        self._file: ArchiveWriter | None = None
         self._marker: Marker | None = None
         self._stem = ""  # the current name before <REV>; a new one resets REV
         self._rev = 0
@@ -208,7 +208,7 @@ class TopicArchive:
             self._stem_now = self.settings.names.stem(self.topic, when)
         return self._stem_now
 
-    def _open_next(self) -> ArchiveFile:
+    def _open_next(self) -> ArchiveWriter:
         """The first REV from the current one whose name is free (Go's rules)."""
         settings = self.settings
         while True:
@@ -227,14 +227,14 @@ class TopicArchive:
             marker.remove()
             self._rev += 1
 
-    def _open(self, path: Path, marker: Marker) -> ArchiveFile | None:
+    def _open(self, path: Path, marker: Marker) -> ArchiveWriter | None:
         """The file at path, or None if Go would take the next REV."""
         settings = self.settings
         if not settings.exclusive and path.exists():
             # A run that died mid-line must not glue our first line to its last.
             cut_back(path, gzip=False)
         try:
-            archive = ArchiveFile.open(
+            archive = ArchiveWriter.open(
                 path, exclusive=settings.exclusive, gzip_level=settings.gzip_level
             )
         except FileExistsError:
@@ -256,7 +256,7 @@ class TopicArchive:
         self._file = self._marker = self._opened = None
         marker.remove()
 
-    def _close_and_place(self, archive: ArchiveFile, opened: OpenFile) -> None:
+    def _close_and_place(self, archive: ArchiveWriter, opened: OpenFile) -> None:
         archive.close()
         output_dir = self.settings.output_dir
         if self.settings.moves:

@@ -151,11 +151,11 @@ def escape(text: str) -> str:
     return _NON_ASCII.sub(lambda match: f"\\[u{ord(match[0]):04X}]", text)
 
 
-class Request(str):
+class RoffRequest(str):
     """A roff request line (.SH, .TP, ...), written as it is; every other line is text."""
 
 
-TP, IP, PP, BR = Request(".TP"), Request(".IP"), Request(".PP"), Request(".br")
+TP, IP, PP, BR = RoffRequest(".TP"), RoffRequest(".IP"), RoffRequest(".PP"), RoffRequest(".br")
 
 
 def text_line(line: str) -> str:
@@ -167,7 +167,7 @@ def roff(lines: Iterable[str]) -> str:
     """The page: requests as they are, text wrapped to short lines (roff joins them)."""
     out: list[str] = []
     for line in lines:
-        if isinstance(line, Request):
+        if isinstance(line, RoffRequest):
             out.append(line)
         else:
             out += map(text_line, _wrap(line))
@@ -196,10 +196,10 @@ def paragraphs(text: str) -> list[str]:
 
 
 def _section(title: str, body: Iterable[str]) -> list[str]:
-    return [Request(f".SH {title}"), *body]
+    return [RoffRequest(f".SH {title}"), *body]
 
 
-def _joined(items: Iterable[str], separator: Request) -> list[str]:
+def _joined(items: Iterable[str], separator: RoffRequest) -> list[str]:
     """The items as lines, with a separator line (a request) between each two."""
     lines: list[str] = []
     for item in items:
@@ -225,7 +225,7 @@ def man_page(program: Program, everything: Sequence[Program]) -> str:
         [command, *(tool.command for tool in tools), *own.values()] if umbrella else [command]
     )
     lines = [
-        Request(f'.TH {program.name.upper()} 1 "" "nsqtools {__version__}" "User Commands"'),
+        RoffRequest(f'.TH {program.name.upper()} 1 "" "nsqtools {__version__}" "User Commands"'),
         *_section("NAME", [f"{escape(program.name)} \\- {escape(_summary(command))}"]),
         *_section("SYNOPSIS", _synopsis(program, ctx)),
         *_section("DESCRIPTION", _description(program)),
@@ -290,7 +290,7 @@ def _options(command: click.Command, ctx: click.Context) -> list[str]:
         f"unchanged: {forms}, and {bold('-bool=false')} for a boolean flag."
     ]
     for heading, options in command.option_sections(ctx):
-        lines += [Request(f".SS {escape(heading)}"), *_option_items(options, ctx)]
+        lines += [RoffRequest(f".SS {escape(heading)}"), *_option_items(options, ctx)]
     return lines
 
 

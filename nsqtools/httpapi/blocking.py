@@ -26,8 +26,8 @@ import h11
 
 from nsqtools.httpapi.call import (
     ACCEPT_V1,
-    Answer,
     Call,
+    HttpAnswer,
     HttpApiError,
     read_answer,
     request_failure,
@@ -90,7 +90,7 @@ class BlockingClient:
             result: R = finished.value
             return result
 
-    def _exchange(self, call: Call[Any], timeout_option: str) -> Answer:
+    def _exchange(self, call: Call[Any], timeout_option: str) -> HttpAnswer:
         url = urlsplit(call.url)
         if url.scheme != "http":
             raise call.error(f"{url.scheme}: not supported here, plain HTTP only")
@@ -105,7 +105,7 @@ class BlockingClient:
         except _FAILURES as exc:
             raise request_failure(call, exc, connecting=connecting) from exc
 
-    def _ask(self, connection: socket.socket, call: Call[Any], url: SplitResult) -> Answer:
+    def _ask(self, connection: socket.socket, call: Call[Any], url: SplitResult) -> HttpAnswer:
         """Send the request on the connection and read the whole answer."""
         http = h11.Connection(h11.CLIENT)
         connection.sendall(self._request(http, call, url))
@@ -123,7 +123,9 @@ class BlockingClient:
             elif isinstance(event, h11.Data):
                 body += event.data
             elif isinstance(event, h11.EndOfMessage) and head is not None:
-                return Answer(head.status_code, head.reason.decode("ascii", "ignore"), bytes(body))
+                return HttpAnswer(
+                    head.status_code, head.reason.decode("ascii", "ignore"), bytes(body)
+                )
 
     def _request(self, http: h11.Connection, call: Call[Any], url: SplitResult) -> bytes:
         """The request's bytes: head, body, end."""

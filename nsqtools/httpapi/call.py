@@ -4,7 +4,7 @@ A Call says everything about one request (server kind, address, method, path, qu
 body) and how to read a successful answer into a typed value; nsqtools.httpapi.nsqd
 and .lookupd build them. send() sends a Call on an httpx.AsyncClient, send_sync() on an
 httpx.Client (the test harness runs in threads), nsqtools.httpapi.blocking on a plain
-socket; the exchange is theirs, the rest is shared: an Answer (status, reason, body)
+socket; the exchange is theirs, the rest is shared: an HttpAnswer (status, reason, body)
 is read by read_answer(), a failed exchange told by timed_out() or request_failure().
 httpx is imported by the two that use it only: the blocking path starts without it.
 
@@ -52,7 +52,7 @@ class HttpApiError(NsqError):
         self.message = message
 
 
-class Answer(NamedTuple):
+class HttpAnswer(NamedTuple):
     """What a server answered, whatever carried it."""
 
     status: int
@@ -130,8 +130,8 @@ def _build(client: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.R
     )
 
 
-def _answer_of(response: httpx.Response) -> Answer:
-    return Answer(response.status_code, response.reason_phrase, response.content)
+def _answer_of(response: httpx.Response) -> HttpAnswer:
+    return HttpAnswer(response.status_code, response.reason_phrase, response.content)
 
 
 @contextmanager
@@ -147,7 +147,7 @@ def _request_errors(call: Call[Any], timeout_option: str) -> Iterator[None]:
         raise request_failure(call, exc, connecting=isinstance(exc, httpx.ConnectError)) from exc
 
 
-def read_answer(call: Call[T], answer: Answer) -> T:
+def read_answer(call: Call[T], answer: HttpAnswer) -> T:
     """The typed answer of a success; an HttpApiError for anything else."""
     try:
         status, message, data = _read(call, answer)
@@ -160,7 +160,7 @@ def read_answer(call: Call[T], answer: Answer) -> T:
     raise call.error(f"HTTP {status} {one_line(message)}".rstrip(), message)
 
 
-def _read(call: Call[Any], answer: Answer) -> tuple[int, str, Any]:
+def _read(call: Call[Any], answer: HttpAnswer) -> tuple[int, str, Any]:
     """(status, message, data) from either answer shape; the wrapper's status wins."""
     if answer.is_success and not call.answers_json:
         return answer.status, "", None
@@ -178,7 +178,7 @@ def _read(call: Call[Any], answer: Answer) -> tuple[int, str, Any]:
     return answer.status, reason, document
 
 
-def _unreadable(answer: Answer, reason: str, cause: Exception) -> tuple[int, str, Any]:
+def _unreadable(answer: HttpAnswer, reason: str, cause: Exception) -> tuple[int, str, Any]:
     """A body that is no JSON: a bad answer on success, else the status says enough."""
     if answer.is_success:
         raise ShapeError(reason) from cause

@@ -1,7 +1,7 @@
 """Plans: what to ask several servers at once, and what their answers mean, written once
 for every way of sending (sans-IO).
 
-A Plan is a generator that yields a Batch (Calls to send at once), is sent back each
+A Plan is a generator that yields a CallBatch (Calls to send at once), is sent back each
 Call's typed answer or HttpApiError in the Calls' order, and returns what it makes of
 them; it may ask several batches in turn, and a plan built of plans asks theirs with
 `yield from`. Who runs it owns the exchange: nsqtools.discovery.run_plan on trio and
@@ -26,7 +26,7 @@ R = TypeVar("R")
 
 
 @dataclass(frozen=True)
-class Batch:
+class CallBatch:
     """Calls to send at once; `timeout_option` names the setting of their timeout in
     the message of one that times out."""
 
@@ -35,10 +35,10 @@ class Batch:
 
 
 # Yields batches, is sent each batch's results, returns R.
-Plan = Generator[Batch, list[Any], R]
+Plan = Generator[CallBatch, list[Any], R]
 
 
 def each(calls: Sequence[Call[T]], *, timeout_option: str = "") -> Plan[list[T | HttpApiError]]:
     """In a plan: every call sent at once; each one's answer or failure, in order."""
-    results = yield Batch(calls, timeout_option)
+    results = yield CallBatch(calls, timeout_option)
     return results

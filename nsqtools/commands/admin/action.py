@@ -28,7 +28,7 @@ from nsqtools.commands.front import CONTEXT_SETTINGS, fail
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nsqtools.admin import Action, Outcome, Plan
+    from nsqtools.admin import AdminAction, NodeOutcome, Plan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,7 +44,7 @@ def yes_option(function: F) -> F:
     )(function)
 
 
-def run_action(action: Action, options: dict[str, Any]) -> None:
+def run_action(action: AdminAction, options: dict[str, Any]) -> None:
     """Plan the action, have it confirmed when it loses messages, send it, show how
     every node answered; exit 1 when any failed."""
     from nsqtools.admin import execute, prepare, succeeded
@@ -90,7 +90,7 @@ def plan_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def outcomes_table(outcomes: Sequence[Outcome]) -> Table:
+def outcomes_table(outcomes: Sequence[NodeOutcome]) -> Table:
     table = Table(
         [Column("result"), Column("server"), Column("address"), Column("request"), Column("detail")]
     )
@@ -101,7 +101,7 @@ def outcomes_table(outcomes: Sequence[Outcome]) -> Table:
     return table
 
 
-def outcomes_json(action: Action, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+def outcomes_json(action: AdminAction, outcomes: Sequence[NodeOutcome]) -> dict[str, Any]:
     from nsqtools.admin import succeeded
 
     return {
@@ -123,7 +123,7 @@ def outcomes_json(action: Action, outcomes: Sequence[Outcome]) -> dict[str, Any]
     }
 
 
-def failure_summary(action: Action, outcomes: Sequence[Outcome]) -> str:
+def failure_summary(action: AdminAction, outcomes: Sequence[NodeOutcome]) -> str:
     """One line: which nodes failed and why, how many did it; or that none had it."""
     from nsqtools.admin import Result
 
@@ -143,9 +143,9 @@ def topic_or_channel_command(verb_name: str, summary: str, destructive: bool) ->
     """`nsq VERB TOPIC [CHANNEL]`."""
 
     def command(topic: str, channel: str | None, **options: Any) -> None:
-        from nsqtools.admin import Action, Verb
+        from nsqtools.admin import AdminAction, Verb
 
-        run_action(Action(Verb(verb_name), topic, channel or ""), options)
+        run_action(AdminAction(Verb(verb_name), topic, channel or ""), options)
 
     command.__doc__ = summary
     decorated = cluster_options(json_option(command))

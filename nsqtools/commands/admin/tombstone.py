@@ -24,6 +24,6 @@ def command(topic: str, nsqd_address: str, **options: Any) -> None:
     --tombstone-lifetime), then TOPIC is deleted on it, with its messages.
     NSQD_HTTP_ADDRESS is the nsqd's HTTP address as the lookupds list it (`nsq nodes`).
     """
-    from nsqtools.admin import Action, Verb
+    from nsqtools.admin import AdminAction, Verb
 
-    run_action(Action(Verb.TOMBSTONE, topic, nsqd=nsqd_address), options)
+    run_action(AdminAction(Verb.TOMBSTONE, topic, nsqd=nsqd_address), options)
