@@ -4,8 +4,11 @@ Between the commands and the runtime: the commands parse flags and build setting
 archive sink (a runtime Sink) writes each topic's messages to files and settles them
 only once the file holding them is synced. It owns:
 
-- names.py: the filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>), Go's
-  strftime, and the rule that no name leaves the output (or work) directory;
+- names.py: the filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>) and the
+  rule that no name leaves the output (or work) directory;
+- timelayout.py: Go's time layouts both ways, for <DATETIME> (Go's strftime) and its
+  reading back;
+- nameparsing.py: names read back: topic, host, revision and datetime from a file's name;
 - recovery.py: files a crash left behind, cut back to their last complete record or
   gzip member;
 - placing.py: moving a finished file into the output directory without ever
