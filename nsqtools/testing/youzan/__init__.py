@@ -28,6 +28,7 @@ This package is that one face; its modules, from the bottom up:
 - wire.py: the fork's constants (version, frames, limits, error texts) and Refusal;
 - state.py: topics, partitions, stored messages and channels' delivery state (Store);
 - arguments.py: what a command carries, read and checked (PUB bodies, names, positions);
+- reader.py: commands read off a client's stream, ids at fixed length;
 - session.py: one client connection on the TCP protocol (reader and delivery threads);
 - httpapi.py: the HTTP server and the 0.3.x or v1 envelope both daemons answer with;
 - nsqd.py: one nsqd's listener, HTTP API and peer record;

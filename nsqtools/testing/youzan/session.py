@@ -1,8 +1,8 @@
 """One client connection to an nsqd of the fork, on the TCP protocol: a reader thread
-reads commands (FIN, REQ and TOUCH at fixed length: their ids are binary) and runs them
-against the shared state (IDENTIFY, the PUB and SUB families, RDY, FIN, REQ, TOUCH,
-CLS); a delivery thread sends heartbeats and messages while RDY allows, and requeues
-what timed out. Fatal errors close the connection after the client read them.
+reads commands (reader.py), records them, and runs them against the shared state
+(IDENTIFY, the PUB and SUB families, RDY, FIN, REQ, TOUCH, CLS); a delivery thread sends
+heartbeats and messages while RDY allows, and requeues what timed out. Fatal errors
+close the connection after the client read them.
 """
 
 from __future__ import annotations
@@ -26,24 +26,20 @@ from nsqtools.testing.youzan.arguments import (
     read_drafts,
     start_index,
 )
+from nsqtools.testing.youzan.reader import Closed, read_command, read_exactly
 from nsqtools.testing.youzan.state import Channel, Partition, Store, StoredMessage, take_refusal
 from nsqtools.testing.youzan.wire import (
-    BODY_COMMANDS,
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_MSG_TIMEOUT_MS,
     DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS,
     EXT_VERSION_JSON,
     EXT_VERSION_NONE,
-    FIXED_ID_COMMANDS,
     FRAME_ERROR,
     FRAME_MESSAGE,
     FRAME_RESPONSE,
     HEARTBEAT,
-    ID_SIZE,
     LINGER_SECONDS,
     MAGIC,
-    MAX_BODY_SIZE,
-    MAX_LINE_SIZE,
     MAX_MSG_TIMEOUT_MS,
     MAX_RDY_COUNT,
     MAX_REQ_TIMEOUT_MS,
@@ -57,11 +53,6 @@ from nsqtools.testing.youzan.wire import (
     invalid,
     not_in_flight,
 )
-
-
-class _Closed(Exception):
-    """The client closed its end (or stop() closed it)."""
-
 
 _INIT, _SUBSCRIBED, _CLOSING = "init", "subscribed", "closing"
 
@@ -102,7 +93,7 @@ class Session:
 
     def serve(self, spawn: Callable[[Callable[[], None]], None]) -> None:
         try:
-            if self._read(4) != MAGIC:
+            if read_exactly(self.file, 4) != MAGIC:
                 self._refuse(Refusal("E_BAD_PROTOCOL", "bad protocol magic"))
                 return
             spawn(self._deliver)
@@ -110,7 +101,7 @@ class Session:
                 self._run(*self._read_command())
         except Refusal as refusal:  # a command that cannot be read: the stream is lost
             self._refuse(refusal)
-        except (_Closed, OSError):
+        except (Closed, OSError):
             pass
         finally:
             self.close()
@@ -153,71 +144,12 @@ class Session:
         if refusal.fatal:
             self._linger_close()
 
-    # Reading commands. FIN, REQ and TOUCH are read at fixed length: their ids are
-    # binary and may hold a 0x0a, so no line can be split at "\n" before the id is read.
-
     def _read_command(self) -> tuple[bytes, list[bytes], bytes]:
-        raw = bytearray()
-        name, ended = self._read_name(raw)
-        params: list[bytes] = []
-        if not ended and name in FIXED_ID_COMMANDS:
-            params = self._read_id_params(name, raw)
-        elif not ended:
-            line = self._read_line(raw)
-            params = line.split(b" ")
-        body = self._read_body(name, raw) if name in BODY_COMMANDS else b""
+        """The next command, recorded as it was received."""
+        command = read_command(self.file)
         with self.store.lock:
-            self.store.commands.append((self.nsqd, bytes(raw)))
-        return name, params, body
-
-    def _read_name(self, raw: bytearray) -> tuple[bytes, bool]:
-        """The command's name, and whether the line ended with it."""
-        name = bytearray()
-        while True:
-            byte = self._read(1)
-            raw += byte
-            if byte in (b" ", b"\n"):
-                return bytes(name).removesuffix(b"\r"), byte == b"\n"
-            name += byte
-            if len(name) > 64:
-                raise invalid("invalid command")
-
-    def _read_id_params(self, name: bytes, raw: bytearray) -> list[bytes]:
-        message_id = self._read(ID_SIZE)
-        raw += message_id
-        if name != b"REQ":
-            end = self._read(1)
-            raw += end
-            if end != b"\n":
-                raise invalid(f"{name.decode()} id must be {ID_SIZE} bytes")
-            return [message_id]
-        rest = self._read_line(raw)  # " <ms>"
-        return [message_id, *rest.split(b" ")[1:]]
-
-    def _read_line(self, raw: bytearray) -> bytes:
-        line = self.file.readline(MAX_LINE_SIZE)
-        if len(line) == MAX_LINE_SIZE and not line.endswith(b"\n"):
-            raise invalid("command line too long")
-        if not line.endswith(b"\n"):
-            raise _Closed
-        raw += line
-        return line[:-1].removesuffix(b"\r")
-
-    def _read_body(self, name: bytes, raw: bytearray) -> bytes:
-        header = self._read(4)
-        raw += header
-        (size,) = struct.unpack(">i", header)
-        if not 0 <= size <= MAX_BODY_SIZE:
-            raise Refusal("E_BAD_BODY", f"{name.decode()} invalid body size {size}")
-        body = self._read(size)
-        raw += body
-        return body
-
-    def _read(self, size: int) -> bytes:
-        data = self.file.read(size)
-        if len(data) < size:
-            raise _Closed
-        return data
+            self.store.commands.append((self.nsqd, command.raw))
+        return command.name, command.params, command.body
 
     # Commands.
 
