@@ -19,7 +19,9 @@ from nsqtools.testing.youzan.lookupd import Lookupd
 from nsqtools.testing.youzan.nsqd import NsqdNode
 from nsqtools.testing.youzan.session import Session
 from nsqtools.testing.youzan.state import Draft, ForkTopic, Store, StoredMessage
-from nsqtools.testing.youzan.wire import HTTP_POLL_SECONDS
+
+# How often the HTTP servers' loops poll: shutdown() waits for the next one.
+HTTP_POLL_SECONDS = 0.02
 
 
 class YouzanCluster(StartsAndStops):

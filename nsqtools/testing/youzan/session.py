@@ -38,12 +38,10 @@ from nsqtools.testing.youzan.wire import (
     FRAME_MESSAGE,
     FRAME_RESPONSE,
     HEARTBEAT,
-    LINGER_SECONDS,
     MAGIC,
     MAX_MSG_TIMEOUT_MS,
     MAX_RDY_COUNT,
     MAX_REQ_TIMEOUT_MS,
-    MAX_WAIT_SECONDS,
     OK,
     OUTPUT_BUFFER_SIZE,
     PUB_COMMANDS,
@@ -53,6 +51,12 @@ from nsqtools.testing.youzan.wire import (
     invalid,
     not_in_flight,
 )
+
+# A peer that stopped reading still gets its fatal error frame: how long to wait for it
+# to close its end before closing ours.
+LINGER_SECONDS = 1.0
+# The delivery threads re-check their timers at least this often.
+MAX_WAIT_SECONDS = 1.0
 
 _INIT, _SUBSCRIBED, _CLOSING = "init", "subscribed", "closing"
 

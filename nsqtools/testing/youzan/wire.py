@@ -31,12 +31,6 @@ MAX_REQ_TIMEOUT_MS = 3_600_000
 DEFAULT_HEARTBEAT_MS = 30_000
 DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS = 250
 OUTPUT_BUFFER_SIZE = 100  # "output_buffer_size reports 100 until the client subscribes"
-# A peer that stopped reading still gets its fatal error frame: how long to wait for it
-# to close its end before closing ours.
-LINGER_SECONDS = 1.0
-HTTP_POLL_SECONDS = 0.02
-# The delivery threads re-check their timers at least this often.
-MAX_WAIT_SECONDS = 1.0
 
 PUB_COMMANDS = frozenset({b"PUB", b"MPUB", b"PUB_TRACE", b"MPUB_TRACE", b"PUB_EXT", b"MPUB_EXT"})
 SUB_COMMANDS = frozenset({b"SUB", b"SUB_ADVANCED", b"SUB_ORDERED"})
