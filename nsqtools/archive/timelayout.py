@@ -446,6 +446,7 @@ _STRFTIME_DIRECTIVE = re.compile("%([" + "".join(_STRFTIME_TO_LAYOUT) + "])")
 
 
 def datetime_chunks(datetime_format: str) -> tuple[LayoutChunk, ...]:
+    """A --datetime-format as layout chunks: its directives become Go layout tokens."""
     layout = _STRFTIME_DIRECTIVE.sub(lambda match: _STRFTIME_TO_LAYOUT[match[1]], datetime_format)
     return _layout_chunks(layout)
 
