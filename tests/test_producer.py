@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nsqtools.errors import ConnectError, NsqErrorResponse
 from nsqtools.hostpolicy import MODES, EpsilonGreedy, HostPool, RoundRobin
 from nsqtools.httpapi.nsqd import ChannelStats
-from nsqtools.producer import Outcome, Producer, cut_points
+from nsqtools.producer import Producer, PublishOutcome, cut_points
 from nsqtools.protocol import LocalProtocolError
 from nsqtools.testing import Nsqd, run_go_tool
 from tests.conftest import Cluster, LocalNsq
@@ -164,7 +164,7 @@ async def test_only_the_records_over_nsqds_message_limit_fail(local_nsq: LocalNs
     big = b"b" * 1507
     bodies = numbered(5000)
     bodies[2500] = big
-    seen: list[Outcome] = []
+    seen: list[PublishOutcome] = []
     async with Producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
         await producer.put_many(TOPIC, bodies)
     acknowledged, failed, reasons = outcomes(producer)
@@ -231,7 +231,7 @@ async def test_an_nsqd_with_larger_limits_takes_what_the_defaults_would_cut(
 
 
 async def test_an_empty_message_is_refused_and_never_sent(nsqd: Nsqd) -> None:
-    seen: list[Outcome] = []
+    seen: list[PublishOutcome] = []
     async with Producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
         with pytest.raises(LocalProtocolError, match="empty"):
             await producer.publish(TOPIC, b"")
@@ -267,7 +267,7 @@ async def test_streaming_counts_every_outcome_exactly(local_nsq: LocalNsq) -> No
 
 
 async def test_outcomes_come_back_with_their_tokens_in_order(nsqd: Nsqd) -> None:
-    seen: list[Outcome] = []
+    seen: list[PublishOutcome] = []
     bodies = numbered(3000)
     async with Producer(nsqd.tcp_address, max_body_size=4096, on_outcome=seen.append) as producer:
         await producer.put_many(TOPIC, bodies[:1000], tokens=range(1000))
@@ -397,7 +397,7 @@ async def test_round_robin_spreads_the_messages(cluster2: Cluster) -> None:
 @pytest.mark.parametrize("mode", ["round-robin", "all"])
 async def test_an_outcome_names_the_nsqd_that_acknowledged_it(cluster2: Cluster, mode: str) -> None:
     addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
-    seen: list[Outcome] = []
+    seen: list[PublishOutcome] = []
     async with Producer(addresses, mode=mode, on_outcome=seen.append) as producer:
         for body in numbered(4):
             await producer.publish(TOPIC, body)

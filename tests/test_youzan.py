@@ -25,7 +25,7 @@ from nsqtools.config import ClientConfig
 from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import NsqError, NsqErrorResponse
 from nsqtools.partitions import PartitionError, Partitions, shard_partition
-from nsqtools.producer import MAX_REROUTES, Outcome, Producer
+from nsqtools.producer import MAX_REROUTES, Producer, PublishOutcome
 from nsqtools.protocol import youzan
 from nsqtools.protocol.youzan import ForkMessage
 from nsqtools.testing import Nsqd, wait_until
@@ -262,7 +262,7 @@ async def test_batches_go_round_robin_over_partitions_each_naming_its_own(
 
 
 async def test_traced_publishing_returns_the_30_byte_answer(fork: YouzanCluster) -> None:
-    outcomes: list[Outcome] = []
+    outcomes: list[PublishOutcome] = []
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
         async with Producer(

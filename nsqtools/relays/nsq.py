@@ -30,7 +30,7 @@ import trio
 from nsqtools.config import ClientConfig
 from nsqtools.errors import NsqErrorResponse
 from nsqtools.jsonfilter import Action, JsonFilter
-from nsqtools.producer import Outcome, Producer
+from nsqtools.producer import Producer, PublishOutcome
 from nsqtools.protocol import Message
 from nsqtools.relays.status import RelayStatus
 from nsqtools.runtime.sinks import Delivery
@@ -126,7 +126,7 @@ class Relay:
                 delivery.requeue([message])
         return messages, bodies
 
-    def _settle(self, outcome: Outcome) -> None:
+    def _settle(self, outcome: PublishOutcome) -> None:
         """Settle the messages of each delivery the outcome holds, as it says."""
         assert outcome.tokens is not None  # every put has its tokens
         tokens = outcome.tokens
