@@ -20,6 +20,7 @@ from nsqtools.errors import ConnectError, NsqErrorResponse
 from nsqtools.hostpolicy import MODES, EpsilonGreedy, HostPool, RoundRobin
 from nsqtools.httpapi.nsqd import ChannelStats
 from nsqtools.producer import Producer, PublishOutcome, cut_points, open_producer
+from nsqtools.producer.encoding import NamedLimits
 from nsqtools.protocol import LocalProtocolError
 from nsqtools.testing import Nsqd, run_go_tool
 from tests.conftest import Cluster, LocalNsq
@@ -491,6 +492,29 @@ def test_cut_points_cover_everything_in_order_within_the_limit(
         assert end - start == 1 or 4 + 4 * len(chunk) + sum(chunk) <= max_body_size
         if end < len(sizes):  # the next message would not have fitted
             assert 4 + 4 * (len(chunk) + 1) + sum(chunk) + sizes[end] > max_body_size
+
+
+def test_the_limits_an_nsqd_names_refuse_what_breaks_them_in_advance() -> None:
+    limits = NamedLimits()
+    assert not limits.known
+    limits.learn("E_BAD_BODY", "MPUB body too big 6024 > 4096", [1000] * 6)
+    assert (limits.max_body_size, limits.max_message_size) == (4096, None)
+    assert limits.refusal([1000] * 4) is None  # 4 + 4 * 4 + 4000 fits
+    assert limits.refusal([1000] * 5) == ("E_BAD_BODY", "MPUB body too big 5024 > 4096")
+    assert limits.refusal([5000]) is None  # alone, a message is a PUB: no MPUB body
+    limits.learn("E_BAD_MESSAGE", "PUB message too big 5000 > 1024", [5000])
+    assert limits.refusal([5000]) == ("E_BAD_MESSAGE", "PUB message too big 5000 > 1024")
+    assert limits.refusal([10, 2000]) == ("E_BAD_MESSAGE", "MPUB message too big 2000 > 1024")
+
+
+def test_a_limit_nsqd_does_not_name_is_guessed_from_what_it_refused() -> None:
+    limits = NamedLimits()
+    limits.learn("E_BAD_BODY", "", [100, 100])
+    assert limits.max_body_size == 4 + 2 * 4 + 200 - 1
+    limits.learn("E_BAD_MESSAGE", "", [300])
+    assert limits.max_message_size == 299
+    limits.learn("E_BAD_MESSAGE", "", [10, 400])  # which message broke it is unknown
+    assert limits.max_message_size == 299
 
 
 # -- host selection (pure, the time passed in) ------------------------------------------
