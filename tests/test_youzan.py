@@ -25,7 +25,7 @@ from nsqtools.config import ClientConfig
 from nsqtools.consumer import Consumer, open_consumer
 from nsqtools.errors import NsqError, NsqErrorResponse
 from nsqtools.partitions import PartitionError, Partitions, shard_partition
-from nsqtools.producer import MAX_REROUTES, Outcome, Producer
+from nsqtools.producer import MAX_REROUTES, PublishOutcome, open_producer
 from nsqtools.protocol import youzan
 from nsqtools.protocol.youzan import ForkMessage
 from nsqtools.testing import Nsqd, wait_until
@@ -248,7 +248,7 @@ async def test_batches_go_round_robin_over_partitions_each_naming_its_own(
 ) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             for n in range(4):
                 await producer.publish("yz", f"rr{n}".encode())
     assert [m.body for m in fork.stored("yz", 0)] == [b"rr0", b"rr2"]
@@ -262,10 +262,10 @@ async def test_batches_go_round_robin_over_partitions_each_naming_its_own(
 
 
 async def test_traced_publishing_returns_the_30_byte_answer(fork: YouzanCluster) -> None:
-    outcomes: list[Outcome] = []
+    outcomes: list[PublishOutcome] = []
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
-        async with Producer(
+        async with open_producer(
             [], config(), partitions=partitions, on_outcome=outcomes.append
         ) as producer:
             answer = await producer.publish("yz", b"traced", partition=1, trace_id=NEWLINES)
@@ -285,7 +285,7 @@ async def test_traced_publishing_returns_the_30_byte_answer(fork: YouzanCluster)
 async def test_pub_ext_tags_a_message(fork: YouzanCluster) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("tagged")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             answer = await producer.publish("tagged", b"ext", tag="green", trace_id=5)
             untraced = await producer.publish("tagged", b"ext2", tag="green")
     first, second = fork.stored("tagged")
@@ -297,7 +297,7 @@ async def test_pub_ext_tags_a_message(fork: YouzanCluster) -> None:
 async def test_a_moved_partition_is_looked_up_again_and_followed(fork: YouzanCluster) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             fork.refuse_next("yz", 0, "E_FAILED_ON_NOT_LEADER")
             await producer.publish("yz", b"after-not-leader", partition=0)
             fork.move_partition("yz", 1, 0)  # nsqd 1 now answers E_TOPIC_NOT_EXIST
@@ -313,7 +313,7 @@ async def test_a_moved_partition_is_looked_up_again_and_followed(fork: YouzanClu
 async def test_an_ordered_topic_needs_a_partition_or_a_key(fork: YouzanCluster) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("ordered")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             with pytest.raises(PartitionError, match="ordered: give each message"):
                 await producer.publish("ordered", b"x")
         assert partitions.for_key("ordered", b"user-1") == shard_partition(b"user-1", 2)

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from nsqtools.config import ClientConfig
     from nsqtools.partitions import Partitions
-    from nsqtools.producer import Outcome, Producer
+    from nsqtools.producer import Producer, PublishOutcome
     from nsqtools.records import RecordKey
 
 TOOL = "to_nsq"
@@ -385,7 +385,7 @@ class _Run:
         assert self.partitions is not None  # --shard-key needs --lookupd-http-address
         return self.partitions.for_key(self.topic, self.shard_key.of(record).encode())
 
-    def _record_failures(self, outcome: Outcome) -> None:
+    def _record_failures(self, outcome: PublishOutcome) -> None:
         if outcome.error is not None and self.failed_file is not None:
             self.failed_file.write(outcome.bodies)
 

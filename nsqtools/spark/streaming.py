@@ -58,7 +58,7 @@ from nsqtools.consumer import Batch, Consumer, open_consumer
 from nsqtools.durations import parse_duration
 from nsqtools.errors import NsqError
 from nsqtools.formats import message_id
-from nsqtools.producer import MODES, Producer
+from nsqtools.producer import MODES, open_producer
 from nsqtools.protocol import Message
 
 log = logging.getLogger("nsqtools.spark.streaming")
@@ -484,13 +484,13 @@ class NsqStreamWriter(DataSourceStreamWriter):
 
     async def _publish(self, by_topic: dict[str, list[bytes]]) -> None:
         settings = self.settings
-        producer = Producer(
+        producing = open_producer(
             settings.nsqd_tcp_addresses,
             settings.config,
             settings.mode,
             reconnect_timeout=settings.reconnect_timeout,
         )
-        async with producer:
+        async with producing as producer:
             for topic, bodies in by_topic.items():
                 await producer.put_many(topic, bodies)
             await producer.flush()
