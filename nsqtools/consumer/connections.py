@@ -63,7 +63,7 @@ class Connections:
         self.hooks = hooks
         self.on_fatal = on_fatal
         self.rng = rng
-        self.stopping = False  # no more dialing
+        self.stopping = False  # no more dialing: stop_dialing()
         # By each nsqd's address_key (and partition, on the fork):
         self._subscriptions: dict[str, Subscription] = {}  # outlive their connections
         self._links: dict[str, Link] = {}  # the subscribed connection, while there is one
@@ -73,6 +73,10 @@ class Connections:
 
     def live(self) -> list[Link]:
         return [link for link in self._links.values() if link.live]
+
+    def stop_dialing(self) -> None:
+        """Redial nothing more and stop polling nsqlookupd (the consumer is stopping)."""
+        self.stopping = True
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Connect to every direct nsqd (failing on the first that cannot be reached),

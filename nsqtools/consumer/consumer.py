@@ -111,7 +111,7 @@ class Consumer:
         if self._stopping:
             return
         self._stopping = True
-        self._connections.stopping = True
+        self._connections.stop_dialing()
         self._wakeup.set()
         self._rebalance()
         if self._nursery is not None:
