@@ -34,7 +34,7 @@ from nsqtools.benchmark.results import WorkerReport
 from nsqtools.benchmark.settings import Role, WorkerJob
 from nsqtools.benchmark.stamps import padding, record_latencies, stamped
 from nsqtools.config import ClientConfig, ConfigError
-from nsqtools.consumer import Consumer, open_consumer
+from nsqtools.consumer import Budget, Consumer, ConsumerOptions, open_consumer
 from nsqtools.errors import NsqError, single_errors
 from nsqtools.flow import TokenBucket
 from nsqtools.producer import Producer, open_producer
@@ -160,9 +160,11 @@ class Consumers:
                 job.topic,
                 job.channel,
                 config,
-                nsqd_tcp_addresses=direct,
-                lookupd_http_addresses=job.lookupd_http_addresses,
-                limit=limit,
+                ConsumerOptions(
+                    nsqd_tcp_addresses=direct,
+                    lookupd_http_addresses=job.lookupd_http_addresses,
+                    budget=None if limit is None else Budget(limit),
+                ),
             )
             consumer = await stack.enter_async_context(opened)
             if self._stopping:

@@ -13,6 +13,8 @@ or click. It owns:
   the sink settles done, requeue (with backoff) when it fails; flushes on a timer and
   when a consumer is starved; the -n budget across topics; stop on signal (at once
   while still connecting);
+- stdout.py: the stdout sink (nsq_tail's output): each delivery rendered, written,
+  then done;
 - deadletters.py: messages given up (past max_attempts, or refused with a dead-letter
   destination) kept in a file, a topic or the log before their FIN, and counted.
 """
