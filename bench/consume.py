@@ -32,7 +32,7 @@ from pathlib import Path
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import open_consumer
+from nsqtools.consumer import Budget, ConsumerOptions, open_consumer
 from nsqtools.protocol import commands
 from nsqtools.testing import Nsqd, find_binary
 
@@ -80,7 +80,10 @@ def run_ours(nsqd: Nsqd, channel: str, count: int, max_in_flight: int) -> float:
         received = 0
         started = time.perf_counter()
         async with open_consumer(
-            TOPIC, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address], limit=count
+            TOPIC,
+            channel,
+            config,
+            ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address], budget=Budget(count)),
         ) as consumer:
             async for batch in consumer:
                 os.write(devnull, b"\n".join(batch.bodies) + b"\n")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import trio
 
-from nsqtools.producer import Producer
+from nsqtools.producer import open_producer
 from nsqtools.testing import Nsqd, find_binary
 
 LINE_LENGTH = 99
@@ -40,7 +40,7 @@ def write_input(path: Path, count: int) -> None:
 
 async def publish_ours(address: str, topic: str, source: Path) -> None:
     """What to_nsq does: split the input on newlines, publish each non-empty record."""
-    async with Producer([address]) as producer:
+    async with open_producer([address]) as producer:
         with source.open("rb") as lines:
             rest = b""
             while chunk := lines.read(READ_SIZE):

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from nsqtools.archive.names import BadName, FilenameFormat, NameParser, ParsedName
+from nsqtools.archive.nameparsing import NameParser, ParsedName
+from nsqtools.archive.names import BadName, FilenameFormat
 
 DEFAULT_FORMAT = "<TOPIC>.<HOST><REV>.<DATETIME>.log"
 DEFAULT_DATETIME = "%Y-%m-%d_%H"

@@ -17,7 +17,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from nsqtools.archive.names import BadName, FilenameFormat, go_strftime
+from nsqtools.archive.names import BadName, FilenameFormat
+from nsqtools.archive.timelayout import go_strftime
 from nsqtools.testing import Nsqd, find_binary, wait_until
 
 KATHMANDU = ZoneInfo("Asia/Kathmandu")  # +05:45, named "+0545"

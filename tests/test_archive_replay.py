@@ -15,7 +15,7 @@ import trio
 
 from nsqtools import formats
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import open_consumer
+from nsqtools.consumer import ConsumerOptions, open_consumer
 from nsqtools.protocol import Message
 from nsqtools.testing import Nsqd
 from tests.conftest import ArchiveRun
@@ -64,7 +64,7 @@ def read_back(nsqd: Nsqd, topic: str, count: int) -> list[Message]:
         config = ClientConfig(max_in_flight=count)
         with trio.fail_after(60):
             async with open_consumer(
-                topic, "check", config, nsqd_tcp_addresses=[nsqd.tcp_address]
+                topic, "check", config, ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address])
             ) as consumer:
                 async for batch in consumer:
                     messages.extend(batch.messages)

@@ -2,7 +2,7 @@
 syncs, what it FINs (only what a sync made durable), rotation by interval (trio's mock
 clock) and by size, and a failed write (nothing FIN'd, the file left for recovery).
 
-Deliveries come from a stand-in batch and a Settler that records what the sink settles;
+Deliveries carry stand-in messages and a Settler that records what the sink settles;
 tests/test_cli_to_file.py and the fault harness run the same sink against real nsqd."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import pytest
 import trio
@@ -21,7 +20,6 @@ import trio.testing
 from nsqtools.archive.inprogress import MARKERS, recover_crashed_files
 from nsqtools.archive.names import FilenameFormat
 from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings, TopicArchive
-from nsqtools.consumer import Batch
 from nsqtools.protocol import Message
 from nsqtools.runtime.sinks import Delivery, SinkFailed
 
@@ -29,8 +27,8 @@ TOPIC = "orders"
 
 
 @dataclass
-class _Batch:
-    """What a Delivery reads of the consumer's batch."""
+class _Received:
+    """What a Delivery carries: a stand-in for the consumer's batch."""
 
     messages: list[Message]
     nsqd_address: str = "127.0.0.1:4150"
@@ -38,6 +36,9 @@ class _Batch:
     @property
     def bodies(self) -> list[bytes]:
         return [message.body for message in self.messages]
+
+    def __len__(self) -> int:
+        return len(self.messages)
 
 
 @dataclass
@@ -57,13 +58,16 @@ class _Settler:
     def refuse(self, delivery: Delivery, messages: list[Message], reason: str) -> None:
         raise AssertionError("the archive sink never refuses")
 
+    def touch(self, delivery: Delivery) -> None:
+        raise AssertionError("the runtime TOUCHes, never the sink")
+
 
 _ids = iter(range(10**9))
 
 
 def _delivery(settler: _Settler, *bodies: bytes) -> Delivery:
     messages = [Message(b"%016d" % next(_ids), 0, 1, body) for body in bodies]
-    return Delivery(TOPIC, cast(Batch, _Batch(messages)), len(messages), settler)
+    return Delivery(TOPIC, _Received(messages), settler)
 
 
 def _settings(tmp_path: Path, **changes: object) -> ArchiveSettings:

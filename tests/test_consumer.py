@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import Batch, Consumer, open_consumer
+from nsqtools.consumer import Budget, Consumer, ConsumerOptions, ReceivedBatch, open_consumer
 from nsqtools.errors import AuthError, ConnectError
 from nsqtools.httpapi.nsqd import ChannelStats, ClientStats
 from nsqtools.protocol import Message
@@ -72,7 +72,9 @@ async def test_two_nsqds_behind_a_lookupd_are_both_drained(cluster2: Cluster) ->
     cluster2.publish_many(TOPIC, lambda nsqd: bodies(nsqd.name, 50))
     config = make_config(max_in_flight=20)
     lookupds = [cluster2.lookupd.http_address]
-    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
+    ) as consumer:
         seen = await consume(consumer, 100)
     assert sorted(body for _, body in seen) == sorted(bodies("nsqd1", 50) + bodies("nsqd2", 50))
     assert {address for address, _ in seen} == {nsqd.tcp_address for nsqd in cluster2.nsqds}
@@ -84,7 +86,9 @@ async def test_max_in_flight_one_drains_two_nsqds(cluster2: Cluster) -> None:
     cluster2.publish_many(TOPIC, lambda nsqd: bodies(nsqd.name, 5))
     config = make_config(max_in_flight=1, low_rdy_idle_timeout=1.0, rdy_redistribute_interval=0.05)
     lookupds = [cluster2.lookupd.http_address]
-    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
+    ) as consumer:
         seen = await consume(consumer, 10)
     assert {address for address, _ in seen} == {nsqd.tcp_address for nsqd in cluster2.nsqds}
     assert len(seen) == 10
@@ -105,7 +109,9 @@ async def test_low_rdy_timeout_moves_the_only_unit_from_a_busy_nsqd(cluster2: Cl
     )
     lookupds = [cluster2.lookupd.http_address]
     served: dict[str, int] = {}
-    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
+    ) as consumer:
         with trio.fail_after(30):
             async for batch in consumer:
                 served[batch.nsqd_address] = served.get(batch.nsqd_address, 0) + len(batch)
@@ -119,7 +125,9 @@ async def test_ready_never_exceeds_max_in_flight_in_total(cluster2: Cluster) -> 
     cluster2.publish_many(TOPIC, lambda nsqd: [b"x"])
     config = make_config(max_in_flight=7)
     lookupds = [cluster2.lookupd.http_address]
-    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
+    ) as consumer:
         await consume(consumer, 2)  # after a message each, both connections have full shares
 
         def ready_counts() -> list[int]:
@@ -133,7 +141,7 @@ async def test_restart_of_a_direct_nsqd_resumes_consumption(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, published)
     config = make_config(max_in_flight=5)
     async with open_consumer(
-        TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address])
     ) as consumer:
         first = await consume(consumer, 10)
         await trio.to_thread.run_sync(nsqd.restart)
@@ -146,7 +154,9 @@ async def test_restart_behind_a_lookupd_resumes_consumption(cluster: Cluster) ->
     cluster.nsqd.publish_many(TOPIC, published)
     config = make_config(max_in_flight=5, lookupd_poll_interval=0.1)
     lookupds = [cluster.lookupd.http_address]
-    async with open_consumer(TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
+    ) as consumer:
         first = await consume(consumer, 10)
         await trio.to_thread.run_sync(cluster.nsqd.restart)
         rest = await consume(consumer, 40 - len(first))
@@ -165,7 +175,7 @@ async def test_a_lookupd_turned_to_junk_costs_a_warning_per_poll_and_nothing_els
         lookupd.answer_with("/lookup", lookup_answer(producer(nsqd.tcp_address)))
         nsqd.publish_many(TOPIC, bodies("before", 5))
         async with open_consumer(
-            TOPIC, CHANNEL, config, lookupd_http_addresses=[lookupd.address]
+            TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=[lookupd.address])
         ) as consumer:
             before = await consume(consumer, 5)
             lookupd.answer_with("/lookup", JUNK_LOOKUPS[junk])
@@ -189,7 +199,9 @@ async def test_an_nsqd_given_twice_is_connected_once(
     nsqd.publish_many(TOPIC, published)
     config = make_config(max_in_flight=200)
     addresses = [nsqd.tcp_address, nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=addresses) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=addresses)
+    ) as consumer:
         seen = await consume(consumer, 300)
         await wait_for(functools.partial(drained, nsqd), "every message FIN'd")
         assert len(channel(nsqd).clients) == 1
@@ -208,7 +220,9 @@ async def test_backoff_lowers_ready_and_recovers(nsqd: Nsqd) -> None:
     config = make_config(max_in_flight=10, backoff_multiplier=0.5)
 
     address = [nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+    ) as consumer:
         batches = aiter(consumer)
         batch = await anext(batches)
         await wait_for(lambda: ready(nsqd) == 10, "full RDY before the failure")
@@ -228,7 +242,9 @@ async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
     config = make_config(max_in_flight=10, backoff_multiplier=0.5)
 
     address = [nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+    ) as consumer:
         batches = aiter(consumer)
         (await anext(batches)).requeue(delay=0)  # a failure: back off
         await wait_for(lambda: ready(nsqd) == 1, "RDY 1 to test the water after the pause")
@@ -243,17 +259,16 @@ async def test_a_requeue_without_backoff_keeps_backing_off(nsqd: Nsqd) -> None:
 
 
 async def test_max_attempts_hands_the_message_to_the_hook_which_answers_it(nsqd: Nsqd) -> None:
-    """Past max_attempts a message is not handed out: the hook gets it in a Batch of its
+    """Past max_attempts a message is not handed out: the hook gets it in a batch of its
     own, and nothing FINs it until the hook does."""
     nsqd.publish(TOPIC, b"poison")
-    given_up: list[Batch] = []
+    given_up: list[ReceivedBatch] = []
     config = make_config(max_attempts=2)
     async with open_consumer(
         TOPIC,
         CHANNEL,
         config,
-        nsqd_tcp_addresses=[nsqd.tcp_address],
-        give_up=given_up.append,
+        ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address], give_up=given_up.append),
     ) as consumer:
         with trio.fail_after(10):
             async for batch in consumer:
@@ -274,7 +289,9 @@ async def test_without_a_hook_a_message_given_up_is_logged_in_full(
     nsqd.publish(TOPIC, "poisön".encode())
     config = make_config(max_attempts=1)
     address = [nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+    ) as consumer:
         with trio.fail_after(10):
             (await anext(aiter(consumer))).requeue(delay=0, backoff=False)
         await wait_for(lambda: drained(nsqd), "the given-up message FIN'd")
@@ -287,7 +304,9 @@ async def test_stop_requeues_at_once_what_was_not_answered(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, bodies("stop", 100))
     config = make_config(max_in_flight=50)
     address = [nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+    ) as consumer:
         batch = await anext(aiter(consumer))  # taken, never answered
         assert batch.messages
         await wait_for(lambda: channel(nsqd).in_flight_count > 0, "messages in flight")
@@ -302,7 +321,7 @@ async def test_limit_delivers_exactly_n_and_requeues_the_rest(nsqd: Nsqd) -> Non
     address = [nsqd.tcp_address]
     delivered: list[bytes] = []
     async with open_consumer(
-        TOPIC, CHANNEL, config, nsqd_tcp_addresses=address, limit=5
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address, budget=Budget(5))
     ) as consumer:
         with trio.fail_after(10):
             async for batch in consumer:
@@ -317,7 +336,9 @@ async def test_is_starved_when_in_flight_fills_ready(nsqd: Nsqd) -> None:
     nsqd.publish_many(TOPIC, bodies("starve", 10))
     config = make_config(max_in_flight=10)
     address = [nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+    ) as consumer:
         assert not consumer.is_starved()
         batches = aiter(consumer)
         taken = [await anext(batches)]
@@ -336,7 +357,9 @@ async def test_not_starved_while_received_messages_wait_to_be_handed_out(nsqd: N
     nsqd.publish_many(TOPIC, bodies("queued", 10))
     config = make_config(max_in_flight=10)
     address = [nsqd.tcp_address]
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+    ) as consumer:
         with trio.fail_after(10):
             while consumer.received < 10:  # all in flight, none taken
                 await trio.sleep(0.01)
@@ -354,7 +377,7 @@ async def test_a_list_as_long_as_the_batch_answers_only_the_messages_in_it(
         return channel(nsqd).clients[0]
 
     async with open_consumer(
-        TOPIC, CHANNEL, make_config(max_in_flight=2), nsqd_tcp_addresses=address
+        TOPIC, CHANNEL, make_config(max_in_flight=2), ConsumerOptions(nsqd_tcp_addresses=address)
     ) as consumer:
         batches = aiter(consumer)
         nsqd.publish(TOPIC, b"warm-up")
@@ -380,7 +403,9 @@ async def test_a_refused_direct_address_fails_at_start(nsqd: Nsqd) -> None:
     address = nsqd.tcp_address
     nsqd.stop()
     with pytest.raises(ConnectError, match=f"cannot connect to {address}"):
-        async with open_consumer(TOPIC, CHANNEL, make_config(), nsqd_tcp_addresses=[address]):
+        async with open_consumer(
+            TOPIC, CHANNEL, make_config(), ConsumerOptions(nsqd_tcp_addresses=[address])
+        ):
             pass
 
 
@@ -388,7 +413,7 @@ async def test_auth_denied_fails_at_start(auth_nsqd: Nsqd) -> None:
     config = make_config(auth_secret="wrong")
     with pytest.raises(AuthError, match="denied AUTH"):
         async with open_consumer(
-            TOPIC, CHANNEL, config, nsqd_tcp_addresses=[auth_nsqd.tcp_address]
+            TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=[auth_nsqd.tcp_address])
         ):
             pass
 
@@ -406,7 +431,7 @@ async def test_auth_denied_behind_a_lookupd_ends_iteration_with_the_error(
         lookupds = [lookupd.http_address]
         with pytest.raises(AuthError, match="denied AUTH"):
             async with open_consumer(
-                TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds
+                TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
             ) as consumer:
                 with trio.fail_after(10):
                     async for _ in consumer:
@@ -439,7 +464,7 @@ async def test_auth_secret_reaches_lookupd_as_go_nsq_sends_it(
     with LocalHttpServer(forward) as front:  # a recording front for the real nsqlookupd
         lookupds = [front.address]
         async with open_consumer(
-            TOPIC, CHANNEL, config, lookupd_http_addresses=lookupds
+            TOPIC, CHANNEL, config, ConsumerOptions(lookupd_http_addresses=lookupds)
         ) as consumer:
             assert [body for _, body in await consume(consumer, 1)] == [b"found"]
     assert set(authorizations) == set(sent)
@@ -451,8 +476,7 @@ def test_both_kinds_of_address_is_an_error() -> None:
             TOPIC,
             CHANNEL,
             make_config(),
-            nsqd_tcp_addresses=["a:1"],
-            lookupd_http_addresses=["b:2"],
+            ConsumerOptions(nsqd_tcp_addresses=["a:1"], lookupd_http_addresses=["b:2"]),
         )
 
 
@@ -460,7 +484,7 @@ async def test_touch_keeps_a_slow_message_from_timing_out(nsqd: Nsqd) -> None:
     nsqd.publish(TOPIC, b"slow work")
     config = make_config(msg_timeout=1.0)
     async with open_consumer(
-        TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address])
     ) as consumer:
         batch = await anext(aiter(consumer))
         for _ in range(6):  # 2.4s of work on a message nsqd times out after 1s
@@ -474,7 +498,9 @@ async def test_touch_keeps_a_slow_message_from_timing_out(nsqd: Nsqd) -> None:
 async def test_sample_rate_reaches_nsqd(nsqd: Nsqd) -> None:
     nsqd.create_channels(TOPIC, CHANNEL)
     config = make_config(sample_rate=37)
-    async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=[nsqd.tcp_address]):
+    async with open_consumer(
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address])
+    ):
         await wait_for(lambda: bool(channel(nsqd).clients), "subscribed")
         assert channel(nsqd).clients[0].sample_rate == 37
 
@@ -490,7 +516,7 @@ async def test_a_batch_answered_after_a_reconnect_is_not_answered_on_the_new_con
     config = make_config(max_in_flight=10)
     with LinkProxy(nsqd.tcp_address) as proxy:
         async with open_consumer(
-            TOPIC, CHANNEL, config, nsqd_tcp_addresses=[proxy.address]
+            TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=[proxy.address])
         ) as consumer:
             batches = aiter(consumer)
             old = await take(batches, 10)
@@ -509,9 +535,9 @@ async def test_a_batch_answered_after_a_reconnect_is_not_answered_on_the_new_con
     assert "E_FIN_FAILED" not in caplog.text
 
 
-async def take(batches: AsyncIterator[Batch], count: int) -> list[Batch]:
+async def take(batches: AsyncIterator[ReceivedBatch], count: int) -> list[ReceivedBatch]:
     """Batches holding `count` messages in all, left unanswered."""
-    taken: list[Batch] = []
+    taken: list[ReceivedBatch] = []
     with trio.fail_after(20):
         while sum(map(len, taken)) < count:
             taken.append(await anext(batches))
@@ -577,7 +603,9 @@ async def test_an_nsqd_that_sends_junk_once_subscribed_is_redialled_ever_more_sl
         )
         port = listeners[0].socket.getsockname()[1]
         address = [f"127.0.0.1:{port}"]
-        async with open_consumer(TOPIC, CHANNEL, make_config(), nsqd_tcp_addresses=address):
+        async with open_consumer(
+            TOPIC, CHANNEL, make_config(), ConsumerOptions(nsqd_tcp_addresses=address)
+        ):
             with trio.fail_after(20):
                 while len(delays()) < 3:
                     await trio.sleep(0.05)

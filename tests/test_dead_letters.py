@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import open_consumer
+from nsqtools.consumer import ConsumerOptions, open_consumer
 from nsqtools.testing import Nsqd, our_tool, wait_until
 from nsqtools.testing.webserver import WebServer
 from tests.conftest import LocalNsq
@@ -40,7 +40,9 @@ def delivered_before(nsqd: Nsqd, body: bytes, times: int) -> None:
     async def requeue() -> None:
         config = ClientConfig(max_in_flight=1, max_attempts=0)  # never give it up
         address = [nsqd.tcp_address]
-        async with open_consumer(TOPIC, CHANNEL, config, nsqd_tcp_addresses=address) as consumer:
+        async with open_consumer(
+            TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
+        ) as consumer:
             with trio.fail_after(DEADLINE):
                 async for batch in consumer:
                     if batch.messages[0].attempts == times:

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import open_consumer
+from nsqtools.consumer import ConsumerOptions, open_consumer
 from nsqtools.jsonfilter import Action, JsonFilter, Verdict
 from nsqtools.testing import Nsqd, find_binary, wait_until
 from tests.conftest import LocalNsq
@@ -141,7 +141,10 @@ async def bodies_arrived(destination: Nsqd, channel: str) -> Counter[bytes]:
         return arrived
     with trio.fail_after(15):
         async with open_consumer(
-            TOPIC, channel, ClientConfig(), nsqd_tcp_addresses=[destination.tcp_address]
+            TOPIC,
+            channel,
+            ClientConfig(),
+            ConsumerOptions(nsqd_tcp_addresses=[destination.tcp_address]),
         ) as consumer:
             async for batch in consumer:
                 arrived.update(batch.bodies)

@@ -1,6 +1,7 @@
 """Each layer imports only from the layers below it: import-linter checks the contracts of
 pyproject.toml's [tool.importlinter] (the layers, the sans-IO protocol and policies, click
-and rich in the commands only, the test harness out of the package) on this checkout.
+and rich in the commands only, sinks that settle through Delivery alone, the test harness
+out of the package) on this checkout.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from nsqtools.errors import ConnectError, NsqErrorResponse
 from nsqtools.hostpolicy import MODES, EpsilonGreedy, HostPool, RoundRobin
 from nsqtools.httpapi.nsqd import ChannelStats
-from nsqtools.producer import Outcome, Producer, cut_points
+from nsqtools.producer import Producer, PublishOutcome, cut_points, open_producer
+from nsqtools.producer.encoding import NamedLimits
 from nsqtools.protocol import LocalProtocolError
 from nsqtools.testing import Nsqd, run_go_tool
 from tests.conftest import Cluster, LocalNsq
@@ -54,7 +55,7 @@ def channel_stats(nsqd: Nsqd, topic: str, channel: str) -> ChannelStats:
 
 
 async def test_publish_arrives(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.publish(TOPIC, b"hello")
     assert nsqd.topic_depth(TOPIC) == 1
     assert tail(nsqd, 1) == [b"hello"]
@@ -62,14 +63,14 @@ async def test_publish_arrives(nsqd: Nsqd) -> None:
 
 
 async def test_publish_many_arrives_in_order(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.publish_many(TOPIC, numbered(1000))
     assert tail(nsqd, 1000) == numbered(1000)
     assert outcomes(producer) == (1000, 0, {})
 
 
 async def test_publish_many_of_nothing_sends_nothing(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.publish_many(TOPIC, [])
     assert nsqd.stats().topics == ()
     assert outcomes(producer) == (0, 0, {})
@@ -77,14 +78,14 @@ async def test_publish_many_of_nothing_sends_nothing(nsqd: Nsqd) -> None:
 
 async def test_publish_deferred_is_held_back_by_nsqd(nsqd: Nsqd) -> None:
     nsqd.create_channels(TOPIC, "held")
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.publish_deferred(TOPIC, b"later", 3600)
     stats = channel_stats(nsqd, TOPIC, "held")
     assert (stats.deferred_count, stats.depth) == (1, 0)
 
 
 async def test_a_deferral_over_nsqds_limit_is_its_error_answer(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         with pytest.raises(NsqErrorResponse) as raised:
             await producer.publish_deferred(TOPIC, b"too late", 2 * 3600)
     assert raised.value.code == "E_INVALID"
@@ -95,7 +96,7 @@ async def test_many_publishes_in_flight_keep_their_order(nsqd: Nsqd) -> None:
     """2000 tasks publish at once; each body is numbered when its call is made."""
     sequence = itertools.count()
     pending_seen: list[int] = []
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
 
         async def publish_next() -> None:
             pending_seen.append(producer.pending)
@@ -113,7 +114,7 @@ async def test_an_error_answer_is_raised_and_the_next_publish_dials_again(
     local_nsq: LocalNsq,
 ) -> None:
     nsqd = local_nsq.nsqd("small", extra_args=["--max-msg-size=1024"])
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         with pytest.raises(NsqErrorResponse, match=r"E_BAD_MESSAGE PUB message too big 2000"):
             await producer.publish(TOPIC, b"x" * 2000)
         await producer.publish(TOPIC, b"fits")  # nsqd closed the first connection
@@ -122,7 +123,7 @@ async def test_an_error_answer_is_raised_and_the_next_publish_dials_again(
 
 
 async def test_a_bad_topic_name_is_refused_before_sending(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         with pytest.raises(LocalProtocolError, match="topic"):
             await producer.publish("bad!topic", b"x")
         with pytest.raises(LocalProtocolError, match="topic"):
@@ -137,7 +138,7 @@ async def test_mpubs_over_nsqds_body_limit_are_split(local_nsq: LocalNsq) -> Non
     nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=4096"])
     alone = b"y" * 4090  # fits nsqd's message limit, but no MPUB body: sent as PUB
     bodies = [*numbered(500), alone, *numbered(500)]
-    async with Producer(nsqd.tcp_address, max_body_size=4096) as producer:
+    async with open_producer(nsqd.tcp_address, max_body_size=4096) as producer:
         await producer.publish_many(TOPIC, bodies)
         for body in bodies:
             await producer.put(TOPIC, body)
@@ -150,7 +151,7 @@ async def test_a_smaller_body_limit_is_learned_from_nsqds_refusal(local_nsq: Loc
     E_BAD_BODY naming its limit, and everything goes again in MPUBs under it."""
     nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=100000"])
     bodies = [b"%0100d" % index for index in range(5000)]
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.put_many(TOPIC, bodies)
         await producer.flush()
         assert outcomes(producer) == (5000, 0, {})
@@ -164,8 +165,8 @@ async def test_only_the_records_over_nsqds_message_limit_fail(local_nsq: LocalNs
     big = b"b" * 1507
     bodies = numbered(5000)
     bodies[2500] = big
-    seen: list[Outcome] = []
-    async with Producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
+    seen: list[PublishOutcome] = []
+    async with open_producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
         await producer.put_many(TOPIC, bodies)
     acknowledged, failed, reasons = outcomes(producer)
     assert (acknowledged, failed) == (4999, 1)
@@ -181,7 +182,7 @@ async def test_a_known_oversize_message_fails_without_closing_the_connection_aga
     local_nsq: LocalNsq,
 ) -> None:
     nsqd = local_nsq.nsqd("small-messages", extra_args=["--max-msg-size=1000"])
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         with pytest.raises(NsqErrorResponse, match="PUB message too big 1001 > 1000"):
             await producer.publish(TOPIC, b"x" * 1001)
         await producer.publish(TOPIC, b"first")
@@ -203,7 +204,7 @@ async def test_a_batch_over_a_known_body_limit_is_cut_before_it_is_sent(
     would be sent twice)."""
     nsqd = local_nsq.nsqd("small-bodies", extra_args=["--max-body-size=10000"])
     bodies = [b"%099d" % index for index in range(1000)]
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.put_many(TOPIC, bodies[:500])
         await producer.put_many(f"{TOPIC}-2", bodies[500:])  # another topic: another batch
     assert outcomes(producer) == (1000, 0, {})
@@ -223,7 +224,7 @@ async def test_an_nsqd_with_larger_limits_takes_what_the_defaults_would_cut(
     nsqd = local_nsq.nsqd(
         "large", extra_args=["--max-msg-size=6000000", "--max-body-size=12000000"]
     )
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.publish(TOPIC, big)
         await producer.put_many(TOPIC, [b"a", big, b"b"])
     assert outcomes(producer) == (4, 0, {})
@@ -231,8 +232,8 @@ async def test_an_nsqd_with_larger_limits_takes_what_the_defaults_would_cut(
 
 
 async def test_an_empty_message_is_refused_and_never_sent(nsqd: Nsqd) -> None:
-    seen: list[Outcome] = []
-    async with Producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
+    seen: list[PublishOutcome] = []
+    async with open_producer(nsqd.tcp_address, on_outcome=seen.append) as producer:
         with pytest.raises(LocalProtocolError, match="empty"):
             await producer.publish(TOPIC, b"")
         with pytest.raises(LocalProtocolError, match="message 1 of 3: message body is empty"):
@@ -251,7 +252,7 @@ async def test_an_empty_message_is_refused_and_never_sent(nsqd: Nsqd) -> None:
 
 async def test_streaming_counts_every_outcome_exactly(local_nsq: LocalNsq) -> None:
     nsqd = local_nsq.nsqd("small-messages", extra_args=["--max-msg-size=200"])
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         for index, body in enumerate(numbered(1000)):
             await producer.put(TOPIC, body)
             if index % 200 == 0:
@@ -267,9 +268,11 @@ async def test_streaming_counts_every_outcome_exactly(local_nsq: LocalNsq) -> No
 
 
 async def test_outcomes_come_back_with_their_tokens_in_order(nsqd: Nsqd) -> None:
-    seen: list[Outcome] = []
+    seen: list[PublishOutcome] = []
     bodies = numbered(3000)
-    async with Producer(nsqd.tcp_address, max_body_size=4096, on_outcome=seen.append) as producer:
+    async with open_producer(
+        nsqd.tcp_address, max_body_size=4096, on_outcome=seen.append
+    ) as producer:
         await producer.put_many(TOPIC, bodies[:1000], tokens=range(1000))
         await producer.put_many(TOPIC, bodies[1000:2000])
         for index in range(2000, 3000):
@@ -282,7 +285,7 @@ async def test_outcomes_come_back_with_their_tokens_in_order(nsqd: Nsqd) -> None
 
 async def test_streamed_mpubs_in_flight_keep_their_order(nsqd: Nsqd) -> None:
     """Small MPUBs, so that many are pipelined on the one connection."""
-    async with Producer(nsqd.tcp_address, max_body_size=1024) as producer:
+    async with open_producer(nsqd.tcp_address, max_body_size=1024) as producer:
         for body in numbered(5000):
             await producer.put(TOPIC, body)
     assert tail(nsqd, 5000) == numbered(5000)
@@ -291,7 +294,7 @@ async def test_streamed_mpubs_in_flight_keep_their_order(nsqd: Nsqd) -> None:
 
 async def test_put_waits_while_too_many_messages_are_unacknowledged(nsqd: Nsqd) -> None:
     most_pending = 0
-    async with Producer(nsqd.tcp_address, max_unacknowledged=10) as producer:
+    async with open_producer(nsqd.tcp_address, max_unacknowledged=10) as producer:
         for body in numbered(1000):
             await producer.put(TOPIC, body)
             most_pending = max(most_pending, producer.pending)
@@ -301,7 +304,7 @@ async def test_put_waits_while_too_many_messages_are_unacknowledged(nsqd: Nsqd) 
 
 async def test_put_waits_while_too_many_bytes_are_unacknowledged(nsqd: Nsqd) -> None:
     most_pending = 0
-    async with Producer(nsqd.tcp_address, max_unacknowledged_bytes=1000) as producer:
+    async with open_producer(nsqd.tcp_address, max_unacknowledged_bytes=1000) as producer:
         for _ in range(1000):
             await producer.put(TOPIC, b"b" * 100)
             most_pending = max(most_pending, producer.pending)
@@ -310,7 +313,7 @@ async def test_put_waits_while_too_many_bytes_are_unacknowledged(nsqd: Nsqd) -> 
 
 
 async def test_leaving_the_block_waits_for_every_answer(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         for body in numbered(500):
             await producer.put(TOPIC, body)
     assert producer.pending == 0
@@ -326,7 +329,7 @@ async def test_publishing_to_a_dead_nsqd_fails_promptly_and_clearly(nsqd: Nsqd, 
     nsqd.stop()
     reason = f"cannot connect to {address}: connection refused"
     with trio.fail_after(10):  # a guard against hanging; the failure itself is immediate
-        async with Producer(address, mode=mode) as producer:
+        async with open_producer(address, mode=mode) as producer:
             with pytest.raises(ConnectError, match=reason):
                 await producer.publish(TOPIC, b"lost")
             with pytest.raises(ConnectError, match=reason):
@@ -353,6 +356,21 @@ async def test_bad_addresses_and_limits_are_value_errors() -> None:
         Producer("127.0.0.1:4150", max_body_size=0)
 
 
+async def test_the_block_s_own_error_propagates_as_itself_after_the_flush(nsqd: Nsqd) -> None:
+    with pytest.raises(KeyError, match="the caller's"):
+        async with open_producer(nsqd.tcp_address) as producer:
+            await producer.put(TOPIC, b"kept")
+            raise KeyError("the caller's")
+    assert outcomes(producer) == (1, 0, {})
+    assert nsqd.topic_depth(TOPIC) == 1
+
+
+async def test_bad_arguments_fail_before_the_block() -> None:
+    with pytest.raises(ValueError, match="no nsqd address"):
+        async with open_producer([]):
+            pytest.fail("the block ran")
+
+
 async def test_publishing_outside_the_block_is_an_error() -> None:
     producer = Producer("127.0.0.1:4150")
     with pytest.raises(RuntimeError, match="async with"):
@@ -364,7 +382,7 @@ async def test_publishing_outside_the_block_is_an_error() -> None:
 
 async def test_all_mode_puts_every_message_on_every_nsqd(cluster2: Cluster) -> None:
     addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
-    async with Producer(addresses, mode="all") as producer:
+    async with open_producer(addresses, mode="all") as producer:
         await producer.publish(TOPIC, b"one")
         await producer.publish_many(TOPIC, numbered(10))
         for body in numbered(100):
@@ -377,7 +395,7 @@ async def test_all_mode_fails_a_message_one_nsqd_did_not_take(cluster2: Cluster)
     live, dead = cluster2.nsqds
     dead.stop()
     reason = f"cannot connect to {dead.tcp_address}: connection refused"
-    async with Producer([live.tcp_address, dead.tcp_address], mode="all") as producer:
+    async with open_producer([live.tcp_address, dead.tcp_address], mode="all") as producer:
         with pytest.raises(ConnectError, match=reason):
             await producer.publish(TOPIC, b"half")
         for body in numbered(100):
@@ -388,7 +406,7 @@ async def test_all_mode_fails_a_message_one_nsqd_did_not_take(cluster2: Cluster)
 
 async def test_round_robin_spreads_the_messages(cluster2: Cluster) -> None:
     addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
-    async with Producer(addresses, mode="round-robin") as producer:
+    async with open_producer(addresses, mode="round-robin") as producer:
         for body in numbered(10):
             await producer.publish(TOPIC, body)
     assert [nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds] == [5, 5]
@@ -397,8 +415,8 @@ async def test_round_robin_spreads_the_messages(cluster2: Cluster) -> None:
 @pytest.mark.parametrize("mode", ["round-robin", "all"])
 async def test_an_outcome_names_the_nsqd_that_acknowledged_it(cluster2: Cluster, mode: str) -> None:
     addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
-    seen: list[Outcome] = []
-    async with Producer(addresses, mode=mode, on_outcome=seen.append) as producer:
+    seen: list[PublishOutcome] = []
+    async with open_producer(addresses, mode=mode, on_outcome=seen.append) as producer:
         for body in numbered(4):
             await producer.publish(TOPIC, body)
     # One nsqd picked per batch: it is named; in "all" mode every nsqd had it: none is.
@@ -410,7 +428,7 @@ async def test_an_outcome_names_the_nsqd_that_acknowledged_it(cluster2: Cluster,
 async def test_a_batch_that_fails_is_retried_on_another_nsqd(cluster2: Cluster, mode: str) -> None:
     live, dead = cluster2.nsqds
     dead.stop()
-    async with Producer([live.tcp_address, dead.tcp_address], mode=mode) as producer:
+    async with open_producer([live.tcp_address, dead.tcp_address], mode=mode) as producer:
         for body in numbered(10):
             await producer.publish(TOPIC, body)
         for body in numbered(100):
@@ -425,7 +443,7 @@ async def test_hostpool_skips_a_stopped_nsqd_until_its_retry_time(
     """Time stands still (mock_clock) until the test moves it past the retry delay."""
     first, second = cluster2.nsqds
     addresses = [first.tcp_address, second.tcp_address]
-    async with Producer(addresses, mode="hostpool", retry_delay=10) as producer:
+    async with open_producer(addresses, mode="hostpool", retry_delay=10) as producer:
         for _ in range(4):
             await producer.publish(TOPIC, b"both up")
         assert [nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds] == [2, 2]
@@ -450,7 +468,7 @@ async def test_hostpool_skips_a_stopped_nsqd_until_its_retry_time(
 
 async def test_epsilon_greedy_publishes_everything(cluster2: Cluster) -> None:
     addresses = [nsqd.tcp_address for nsqd in cluster2.nsqds]
-    async with Producer(addresses, mode="epsilon-greedy") as producer:
+    async with open_producer(addresses, mode="epsilon-greedy") as producer:
         for body in numbered(50):
             await producer.publish(TOPIC, body)
     assert sum(nsqd.topic_depth(TOPIC) for nsqd in cluster2.nsqds) == 50
@@ -474,6 +492,29 @@ def test_cut_points_cover_everything_in_order_within_the_limit(
         assert end - start == 1 or 4 + 4 * len(chunk) + sum(chunk) <= max_body_size
         if end < len(sizes):  # the next message would not have fitted
             assert 4 + 4 * (len(chunk) + 1) + sum(chunk) + sizes[end] > max_body_size
+
+
+def test_the_limits_an_nsqd_names_refuse_what_breaks_them_in_advance() -> None:
+    limits = NamedLimits()
+    assert not limits.known
+    limits.learn("E_BAD_BODY", "MPUB body too big 6024 > 4096", [1000] * 6)
+    assert (limits.max_body_size, limits.max_message_size) == (4096, None)
+    assert limits.refusal([1000] * 4) is None  # 4 + 4 * 4 + 4000 fits
+    assert limits.refusal([1000] * 5) == ("E_BAD_BODY", "MPUB body too big 5024 > 4096")
+    assert limits.refusal([5000]) is None  # alone, a message is a PUB: no MPUB body
+    limits.learn("E_BAD_MESSAGE", "PUB message too big 5000 > 1024", [5000])
+    assert limits.refusal([5000]) == ("E_BAD_MESSAGE", "PUB message too big 5000 > 1024")
+    assert limits.refusal([10, 2000]) == ("E_BAD_MESSAGE", "MPUB message too big 2000 > 1024")
+
+
+def test_a_limit_nsqd_does_not_name_is_guessed_from_what_it_refused() -> None:
+    limits = NamedLimits()
+    limits.learn("E_BAD_BODY", "", [100, 100])
+    assert limits.max_body_size == 4 + 2 * 4 + 200 - 1
+    limits.learn("E_BAD_MESSAGE", "", [300])
+    assert limits.max_message_size == 299
+    limits.learn("E_BAD_MESSAGE", "", [10, 400])  # which message broke it is unknown
+    assert limits.max_message_size == 299
 
 
 # -- host selection (pure, the time passed in) ------------------------------------------
@@ -566,7 +607,7 @@ def test_epsilon_greedy_skips_a_failed_host() -> None:
 
 async def test_put_many_keeps_order_and_counts(nsqd: Nsqd) -> None:
     bodies = numbered(5000)
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.put_many(TOPIC, bodies[:2500])
         await producer.put_many(TOPIC, bodies[2500:])
         await producer.flush()
@@ -576,7 +617,7 @@ async def test_put_many_keeps_order_and_counts(nsqd: Nsqd) -> None:
 
 async def test_deferred_puts_are_held_back_by_nsqd(nsqd: Nsqd) -> None:
     nsqd.create_channels(TOPIC, "held")
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         await producer.put_many(TOPIC, [b"a", b"b", b"c"], delay=3600)
         await producer.put(TOPIC, b"d", delay=3600)
         await producer.flush()
@@ -586,7 +627,7 @@ async def test_deferred_puts_are_held_back_by_nsqd(nsqd: Nsqd) -> None:
 
 
 async def test_a_negative_delay_is_refused_before_queueing(nsqd: Nsqd) -> None:
-    async with Producer(nsqd.tcp_address) as producer:
+    async with open_producer(nsqd.tcp_address) as producer:
         with pytest.raises(LocalProtocolError, match="must not be negative"):
             await producer.put(TOPIC, b"x", delay=-1)
         with pytest.raises(LocalProtocolError, match="must not be negative"):

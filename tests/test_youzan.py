@@ -22,10 +22,10 @@ import trio
 
 from nsqtools import discovery
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import Consumer, open_consumer
+from nsqtools.consumer import Consumer, ConsumerOptions, open_consumer
 from nsqtools.errors import NsqError, NsqErrorResponse
 from nsqtools.partitions import PartitionError, Partitions, shard_partition
-from nsqtools.producer import MAX_REROUTES, Outcome, Producer
+from nsqtools.producer import MAX_REROUTES, PublishOutcome, open_producer
 from nsqtools.protocol import youzan
 from nsqtools.protocol.youzan import ForkMessage
 from nsqtools.testing import Nsqd, wait_until
@@ -91,7 +91,7 @@ async def test_each_partition_is_subscribed_and_binary_ids_are_fined_raw(
     ]
     stored.append(fork.inject("yz", 1, b"newlines", trace_id=NEWLINES))
     async with open_consumer(
-        "yz", CHANNEL, config(), lookupd_http_addresses=[fork.lookupd_http_address]
+        "yz", CHANNEL, config(), ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address])
     ) as consumer:
         seen = await take(consumer, len(stored))
         await until(lambda: len(fork.finished("yz", CHANNEL)) == len(stored), "every FIN")
@@ -112,7 +112,10 @@ async def test_an_ordered_topic_has_one_in_flight_and_a_requeue_comes_back_first
     seen: list[ForkMessage] = []
     requeued = False
     async with open_consumer(
-        "ordered", CHANNEL, config(), lookupd_http_addresses=[fork.lookupd_http_address]
+        "ordered",
+        CHANNEL,
+        config(),
+        ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address]),
     ) as consumer:
         with trio.fail_after(10):
             async for batch in consumer:
@@ -144,9 +147,9 @@ async def test_a_start_position_skips_what_came_before(fork: YouzanCluster) -> N
         "yz",
         "fresh",
         config(),
-        lookupd_http_addresses=[fork.lookupd_http_address],
-        partition=0,
-        start_at=youzan.END,
+        ConsumerOptions(
+            lookupd_http_addresses=[fork.lookupd_http_address], partition=0, start_at=youzan.END
+        ),
     ) as consumer:
         await until(lambda: lines(fork, b"SUB_ADVANCED") != [], "SUB_ADVANCED")
         new = fork.inject("yz", 0, b"new")
@@ -171,9 +174,11 @@ async def test_start_positions_from_an_offset_a_count_and_a_time(
         "yz",
         "from",
         config(),
-        nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]],
-        partition=1,
-        start_at=youzan.parse_start_position(start),
+        ConsumerOptions(
+            nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]],
+            partition=1,
+            start_at=youzan.parse_start_position(start),
+        ),
     ) as consumer:
         seen = await take(consumer, len(wanted))
     assert [message.body for message in seen] == wanted
@@ -186,7 +191,10 @@ async def test_an_extend_topic_is_identified_and_its_tags_read(fork: YouzanClust
     fork.inject("tagged", 0, b"tagged", tag="red", ext=ext)
     fork.inject("tagged", 0, b"plain")
     async with open_consumer(
-        "tagged", CHANNEL, config(), nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[0]], partition=0
+        "tagged",
+        CHANNEL,
+        config(),
+        ConsumerOptions(nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[0]], partition=0),
     ) as consumer:
         seen = await take(consumer, 2)
     assert [(m.body, m.tag) for m in seen] == [(b"tagged", "red"), (b"plain", "")]
@@ -203,7 +211,7 @@ async def test_a_desired_tag_gets_only_its_messages(fork: YouzanCluster) -> None
         "tagged",
         "reds",
         config(desired_tag="red"),
-        lookupd_http_addresses=[fork.lookupd_http_address],
+        ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address]),
     ) as consumer:
         seen = await take(consumer, 2)
     assert [m.body for m in seen] == [b"red", b"red"]
@@ -212,7 +220,10 @@ async def test_a_desired_tag_gets_only_its_messages(fork: YouzanCluster) -> None
 async def test_upstream_nsqd_refuses_the_forks_options_in_one_line(nsqd: Nsqd) -> None:
     with pytest.raises(NsqError, match="not the Youzan fork: partitions and start positions"):
         async with open_consumer(
-            "t", CHANNEL, config(), nsqd_tcp_addresses=[nsqd.tcp_address], partition=1
+            "t",
+            CHANNEL,
+            config(),
+            ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address], partition=1),
         ):
             pass
 
@@ -233,7 +244,10 @@ async def test_a_plain_sub_on_an_ordered_topic_becomes_ordered_with_a_partition(
 ) -> None:
     fork.inject("ordered", 1, b"one")
     async with open_consumer(
-        "ordered", CHANNEL, config(), nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]], partition=1
+        "ordered",
+        CHANNEL,
+        config(),
+        ConsumerOptions(nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]], partition=1),
     ) as consumer:
         (message,) = await take(consumer, 1)
     assert lines(fork, b"SUB") == [b"SUB ordered ch 1\n", b"SUB_ORDERED ordered ch 1\n"]
@@ -248,7 +262,7 @@ async def test_batches_go_round_robin_over_partitions_each_naming_its_own(
 ) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             for n in range(4):
                 await producer.publish("yz", f"rr{n}".encode())
     assert [m.body for m in fork.stored("yz", 0)] == [b"rr0", b"rr2"]
@@ -262,10 +276,10 @@ async def test_batches_go_round_robin_over_partitions_each_naming_its_own(
 
 
 async def test_traced_publishing_returns_the_30_byte_answer(fork: YouzanCluster) -> None:
-    outcomes: list[Outcome] = []
+    outcomes: list[PublishOutcome] = []
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
-        async with Producer(
+        async with open_producer(
             [], config(), partitions=partitions, on_outcome=outcomes.append
         ) as producer:
             answer = await producer.publish("yz", b"traced", partition=1, trace_id=NEWLINES)
@@ -285,7 +299,7 @@ async def test_traced_publishing_returns_the_30_byte_answer(fork: YouzanCluster)
 async def test_pub_ext_tags_a_message(fork: YouzanCluster) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("tagged")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             answer = await producer.publish("tagged", b"ext", tag="green", trace_id=5)
             untraced = await producer.publish("tagged", b"ext2", tag="green")
     first, second = fork.stored("tagged")
@@ -297,7 +311,7 @@ async def test_pub_ext_tags_a_message(fork: YouzanCluster) -> None:
 async def test_a_moved_partition_is_looked_up_again_and_followed(fork: YouzanCluster) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("yz")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             fork.refuse_next("yz", 0, "E_FAILED_ON_NOT_LEADER")
             await producer.publish("yz", b"after-not-leader", partition=0)
             fork.move_partition("yz", 1, 0)  # nsqd 1 now answers E_TOPIC_NOT_EXIST
@@ -313,7 +327,7 @@ async def test_a_moved_partition_is_looked_up_again_and_followed(fork: YouzanClu
 async def test_an_ordered_topic_needs_a_partition_or_a_key(fork: YouzanCluster) -> None:
     async with Partitions([fork.lookupd_http_address], config()) as partitions:
         await partitions.refresh("ordered")
-        async with Producer([], config(), partitions=partitions) as producer:
+        async with open_producer([], config(), partitions=partitions) as producer:
             with pytest.raises(PartitionError, match="ordered: give each message"):
                 await producer.publish("ordered", b"x")
         assert partitions.for_key("ordered", b"user-1") == shard_partition(b"user-1", 2)

@@ -6,8 +6,11 @@ only once the file holding them is synced. It owns:
 
 - run.py: nsq_to_file's run: recovery first, a TopicArchive per topic fed by the
   runtime's consumers, every archive closed at the end, even after a failure;
-- names.py: the filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>), Go's
-  strftime, and the rule that no name leaves the output (or work) directory;
+- names.py: the filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV>) and the
+  rule that no name leaves the output (or work) directory;
+- timelayout.py: Go's time layouts both ways, for <DATETIME> (Go's strftime) and its
+  reading back;
+- nameparsing.py: names read back: topic, host, revision and datetime from a file's name;
 - recovery.py: files a crash left behind, cut back to their last complete record or
   gzip member;
 - placing.py: moving a finished file into the output directory without ever

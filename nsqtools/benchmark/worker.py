@@ -34,10 +34,10 @@ from nsqtools.benchmark.results import WorkerReport
 from nsqtools.benchmark.settings import Role, WorkerJob
 from nsqtools.benchmark.stamps import padding, record_latencies, stamped
 from nsqtools.config import ClientConfig, ConfigError
-from nsqtools.consumer import Consumer, open_consumer
+from nsqtools.consumer import Budget, Consumer, ConsumerOptions, open_consumer
 from nsqtools.errors import NsqError, single_errors
 from nsqtools.flow import TokenBucket
-from nsqtools.producer import Producer
+from nsqtools.producer import Producer, open_producer
 from nsqtools.protocol import ProtocolError, commands
 
 PROGRESS_INTERVAL = 0.1
@@ -65,13 +65,13 @@ class Publishers:
         job = self.job
         batch_body = commands.mpub_body_size([job.size] * job.batch_size)
         for _ in range(job.connections):
-            producer = Producer(
+            producing = open_producer(
                 job.nsqd_tcp_address,
                 client_config(job),
                 max_body_size=batch_body,
                 max_unacknowledged=job.batch_size * job.in_flight,
             )
-            self._producers.append(await stack.enter_async_context(producer))
+            self._producers.append(await stack.enter_async_context(producing))
 
     @property
     def progress(self) -> int:
@@ -160,9 +160,11 @@ class Consumers:
                 job.topic,
                 job.channel,
                 config,
-                nsqd_tcp_addresses=direct,
-                lookupd_http_addresses=job.lookupd_http_addresses,
-                limit=limit,
+                ConsumerOptions(
+                    nsqd_tcp_addresses=direct,
+                    lookupd_http_addresses=job.lookupd_http_addresses,
+                    budget=None if limit is None else Budget(limit),
+                ),
             )
             consumer = await stack.enter_async_context(opened)
             if self._stopping:

@@ -8,6 +8,7 @@ highlighted on a terminal; every message FIN'd only after its line was written.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from dataclasses import dataclass
@@ -193,40 +194,15 @@ class _Renderer:
         return formats.raw_lines(bodies, prefix)
 
 
-class _StdoutSink:
-    """Each delivery rendered and written to stdout, then done: written is durable
-    enough for a terminal or a pipe. A closed pipe closes the sink."""
-
-    tick_interval: float | None = None
-
-    def __init__(self, renderer: _Renderer, writer: StdoutWriter) -> None:
-        self.renderer = renderer
-        self.writer = writer
-
-    async def accept(self, delivery: Delivery) -> None:
-        from nsqtools.runtime.sinks import SinkClosed
-        from nsqtools.runtime.stdio import PipeClosed
-
-        lines = self.renderer.render(delivery)
-        try:
-            await self.writer.write(lines)
-        except PipeClosed:
-            raise SinkClosed from None
-        delivery.done()
-
-    async def flush(self) -> None:
-        """Nothing held: every delivery is done once written."""
-
-    tick = flush
-
-
 async def tail(settings: TailSettings) -> None:
     import os
 
     from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
     from nsqtools.runtime.stdio import StdoutWriter, silence_stdout
+    from nsqtools.runtime.stdout import StdoutSink
 
-    sink = _StdoutSink(_Renderer(settings, terminal=os.isatty(1)), StdoutWriter())
+    renderer = _Renderer(settings, terminal=os.isatty(1))
+    sink = StdoutSink(renderer.render, functools.partial(_write, StdoutWriter()))
     consume = ConsumeSettings(
         topics=settings.topics,
         channel=settings.channel,
@@ -241,6 +217,17 @@ async def tail(settings: TailSettings) -> None:
     summary = await run_consumers(consume, lambda topic: sink)
     if summary.sink_closed:
         silence_stdout()
+
+
+async def _write(writer: StdoutWriter, lines: bytes) -> None:
+    """Write to stdout; a closed pipe closes the sink."""
+    from nsqtools.runtime.sinks import SinkClosed
+    from nsqtools.runtime.stdio import PipeClosed
+
+    try:
+        await writer.write(lines)
+    except PipeClosed:
+        raise SinkClosed from None
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import trio
 from nsqtools.config import ClientConfig
 from nsqtools.errors import NsqErrorResponse
 from nsqtools.jsonfilter import Action, JsonFilter
-from nsqtools.producer import Outcome, Producer
+from nsqtools.producer import Producer, PublishOutcome, open_producer
 from nsqtools.protocol import Message
 from nsqtools.relays.status import RelayStatus
 from nsqtools.runtime.sinks import Delivery
@@ -45,6 +45,8 @@ class Relay:
     """Publishes what its sinks accept to `destination_topic` (None: each message's own
     topic) on the destination nsqds. `report` gets the JSON filter's lines (Go's log
     lines for a body it could not decode, a required field missing)."""
+
+    producer: Producer  # while the relay is open
 
     def __init__(
         self,
@@ -62,7 +64,7 @@ class Relay:
         self.report = report
         self.json_filter = json_filter if json_filter is not None and json_filter.active else None
         self.status = status
-        self.producer = Producer(
+        self._producing = open_producer(
             addresses, config, mode, on_outcome=self._settle, **producer_options
         )
         # What was put, by its first token: each message's token is its place in the
@@ -72,7 +74,7 @@ class Relay:
         self._next_token = 0
 
     async def __aenter__(self) -> Self:
-        await self.producer.__aenter__()
+        self.producer = await self._producing.__aenter__()
         return self
 
     async def __aexit__(
@@ -80,8 +82,8 @@ class Relay:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         traceback: TracebackType | None,
-    ) -> None:
-        await self.producer.__aexit__(exc_type, exc, traceback)
+    ) -> bool | None:
+        return await self._producing.__aexit__(exc_type, exc, traceback)
 
     def sink(self, topic: str) -> RelaySink:
         return RelaySink(self, self.destination_topic or topic)
@@ -126,7 +128,7 @@ class Relay:
                 delivery.requeue([message])
         return messages, bodies
 
-    def _settle(self, outcome: Outcome) -> None:
+    def _settle(self, outcome: PublishOutcome) -> None:
         """Settle the messages of each delivery the outcome holds, as it says."""
         assert outcome.tokens is not None  # every put has its tokens
         tokens = outcome.tokens

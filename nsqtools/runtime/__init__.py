@@ -17,6 +17,8 @@ or click. It owns:
   published to every nsqd; the failed file; what a stop and a second signal mean;
 - progress.py: a count's rate every interval, for the status lines the commands draw;
 - stdio.py: the standard streams from trio: whole writes, chunked reads, a closed pipe;
+- stdout.py: the stdout sink (nsq_tail's output): each delivery rendered, written,
+  then done;
 - deadletters.py: messages given up (past max_attempts, or refused with a dead-letter
   destination) kept in a file, a topic or the log before their FIN, and counted.
 """

@@ -1,10 +1,10 @@
 """Consumers for several topics, each feeding its own sink, until stopped.
 
 run_consumers() opens a consumer per topic (and for topics that appear later, when given
-a way to find them) and, for each batch: keeps it within the -n budget shared by all
-topics (what is past it goes back at once), hands it to the topic's sink as a Delivery,
-and flushes the sink when the consumer is starved (nsqd sends nothing more until
-messages are answered); it ticks it every sink.tick_interval, or twice per msg_timeout
+a way to find them), all taking from one -n Budget (a consumer requeues at once what it
+receives past it). It hands each batch to the topic's sink as a Delivery, and flushes
+the sink when the consumer is starved (nsqd sends nothing more until messages are
+answered); it ticks it every sink.tick_interval, or twice per msg_timeout
 when that is shorter, and TOUCHes what the sink holds unsettled three times per
 msg_timeout, so that nsqd does not send it again meanwhile. It alone answers nsqd for
 the sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused
@@ -26,13 +26,13 @@ import logging
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
 from nsqtools import formats
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import Batch, Consumer, open_consumer
+from nsqtools.consumer import Budget, Consumer, ConsumerOptions, ReceivedBatch, open_consumer
 from nsqtools.errors import NsqError
 from nsqtools.protocol import Message
 from nsqtools.protocol.youzan import StartPosition
@@ -96,8 +96,7 @@ async def _touch_unsettled(consumer: Consumer, unsettled: deque[Delivery]) -> No
     while True:
         await trio.sleep((consumer.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3)
         for delivery in unsettled:
-            if not delivery.settled:
-                delivery.batch.touch()
+            delivery.touch()
 
 
 def tick_delay(tick_interval: float | None, msg_timeout: float | None) -> float:
@@ -107,29 +106,6 @@ def tick_delay(tick_interval: float | None, msg_timeout: float | None) -> float:
     if msg_timeout is None:
         return tick_interval
     return min(tick_interval, msg_timeout / 2)
-
-
-class Budget:
-    """-n across all topics: how many more messages may be output."""
-
-    def __init__(self, total: int) -> None:
-        self.left = total if total > 0 else None
-
-    def take(self, wanted: int) -> int:
-        if self.left is None:
-            return wanted
-        granted = min(wanted, self.left)
-        self.left -= granted
-        return granted
-
-    def give_back(self, count: int) -> None:
-        """Messages taken and then not output after all."""
-        if self.left is not None:
-            self.left += count
-
-    @property
-    def spent(self) -> bool:
-        return self.left == 0
 
 
 async def run_consumers(
@@ -149,7 +125,7 @@ async def run_consumers(
     Raises SinkFailed, once every consumer has stopped, if a sink (or the dead letters)
     failed; else GivenUp if messages were given up.
     """
-    run = _Run(settings, sink_for, find_topics, counters or RunCounters())
+    run = _ConsumingRun(settings, sink_for, find_topics, counters or RunCounters())
     await run.run(on_hangup)
     if run.failure is not None:
         raise run.failure
@@ -158,7 +134,10 @@ async def run_consumers(
     return run.counters
 
 
-class _Run:
+class _ConsumingRun:
+    """One run_consumers(): its consumers, their sinks, the budget, the dead letters and
+    how it stops."""
+
     def __init__(
         self,
         settings: ConsumeSettings,
@@ -169,7 +148,15 @@ class _Run:
         self.settings = settings
         self.sink_for = sink_for
         self.find_topics = find_topics
-        self.budget = Budget(settings.total)
+        # -n: the one budget every consumer takes from, and sinks' failures give back to.
+        self.budget = Budget(settings.total) if settings.total else None
+        self.consumer_options = ConsumerOptions(
+            nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+            lookupd_http_addresses=settings.lookupd_http_addresses,
+            budget=self.budget,
+            partition=settings.partition,
+            start_at=settings.start_at,
+        )
         self.counters = counters
         self.consumers: dict[str, Consumer] = {}
         self.stopped = trio.Event()
@@ -245,20 +232,11 @@ class _Run:
                 await trio.sleep(self.settings.topic_refresh)
 
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
-        settings = self.settings
-        return open_consumer(
-            topic,
-            settings.channel,
-            settings.config,
-            nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
-            lookupd_http_addresses=settings.lookupd_http_addresses,
-            limit=settings.total or None,
-            give_up=functools.partial(self._give_up, topic),
-            partition=settings.partition,
-            start_at=settings.start_at,
-        )
+        give_up = functools.partial(self._give_up, topic)
+        options = replace(self.consumer_options, give_up=give_up)
+        return open_consumer(topic, self.settings.channel, self.settings.config, options)
 
-    def _give_up(self, topic: str, exhausted: Batch) -> None:
+    def _give_up(self, topic: str, exhausted: ReceivedBatch) -> None:
         """The consumer's give-up hook: messages past max_attempts become dead letters."""
         origin = formats.Origin(topic, self.settings.channel, exhausted.nsqd_address)
         reason = f"past max_attempts ({self.settings.config.max_attempts})"
@@ -299,41 +277,31 @@ class _Run:
     async def _deliver_all(
         self, consumer: Consumer, sink: Sink, unsettled: deque[Delivery]
     ) -> None:
-        settler = _Settler(self, consumer)
-        async for batch in consumer:
-            count = self._within_budget(batch)
-            if count:
-                delivery = Delivery(consumer.topic, batch, count, settler)
-                self.counters.delivered += count
-                try:
-                    await sink.accept(delivery)
-                except SinkClosed:
-                    delivery.requeue(delay=0, backoff=False)
-                    self.counters.sink_closed = True
-                    self.stop()
-                    return
-                except SinkFailed as error:
-                    delivery.requeue(delay=0, backoff=False)
-                    self._fail(error)
-                    return
-                except (OSError, NsqError) as error:
-                    log.warning("%s: %d messages requeued: %s", consumer.topic, count, error)
-                    delivery.requeue()
-                if not delivery.settled:
-                    unsettled.append(delivery)
+        async for batch in consumer:  # within the budget: the consumer took them from it
+            delivery = Delivery(consumer.topic, batch, _Settler(self, consumer, batch))
+            self.counters.delivered += delivery.count
+            try:
+                await sink.accept(delivery)
+            except SinkClosed:
+                delivery.requeue(delay=0, backoff=False)
+                self.counters.sink_closed = True
+                self.stop()
+                return
+            except SinkFailed as error:
+                delivery.requeue(delay=0, backoff=False)
+                self._fail(error)
+                return
+            except (OSError, NsqError) as error:
+                log.warning("%s: %d messages requeued: %s", consumer.topic, delivery.count, error)
+                delivery.requeue()
+            if not delivery.settled:
+                unsettled.append(delivery)
             while unsettled and unsettled[0].settled:
                 unsettled.popleft()
-            if self.budget.spent:
+            if self.budget is not None and self.budget.spent:
                 self.stop()
             elif unsettled and consumer.is_starved():
                 await self._flush(sink)
-
-    def _within_budget(self, batch: Batch) -> int:
-        """How many of the batch's messages are still within -n; the rest go back at once."""
-        granted = self.budget.take(len(batch))
-        if granted < len(batch):
-            batch.requeue(batch.messages[granted:], delay=0, backoff=False)
-        return granted
 
     def stop(self) -> None:
         self.stopped.set()
@@ -349,15 +317,16 @@ class _Run:
 
 
 class _Settler:
-    """What the runtime makes of one consumer's deliveries as their sink settles them:
-    FIN, REQ (with the counts and -n that go with it), or a dead letter then FIN."""
+    """What the runtime makes of one delivery (one consumer's batch) as its sink settles
+    it: FIN, REQ (with the counts and -n that go with it), or a dead letter then FIN."""
 
-    def __init__(self, run: _Run, consumer: Consumer) -> None:
+    def __init__(self, run: _ConsumingRun, consumer: Consumer, batch: ReceivedBatch) -> None:
         self.run = run
         self.consumer = consumer
+        self.batch = batch
 
     def finish(self, delivery: Delivery, messages: list[Message] | None) -> None:
-        delivery.batch.finish(messages)
+        self.batch.finish(messages)
 
     def requeue(
         self,
@@ -366,10 +335,10 @@ class _Settler:
         delay: float | None,
         backoff: bool,
     ) -> None:
-        delivery.batch.requeue(messages, delay=delay, backoff=backoff)
+        self.batch.requeue(messages, delay=delay, backoff=backoff)
         count = delivery.count if messages is None else len(messages)
         self.run.counters.failed += count
-        self._not_output(count)
+        self.consumer.give_back(count)  # not part of -n: that many more may be output
 
     def refuse(self, delivery: Delivery, messages: list[Message], reason: str) -> None:
         run = self.run
@@ -377,11 +346,9 @@ class _Settler:
             log.warning("%s: %d messages requeued: %s", delivery.topic, len(messages), reason)
             self.requeue(delivery, messages, None, True)
             return
-        self._not_output(len(messages))
+        self.consumer.give_back(len(messages))  # not output: not part of -n
         origin = formats.Origin(delivery.topic, run.settings.channel, delivery.nsqd_address)
-        run.dead_letters.keep(Letters(origin, delivery.batch, messages, reason, REFUSED))
+        run.dead_letters.keep(Letters(origin, self.batch, messages, reason, REFUSED))
 
-    def _not_output(self, count: int) -> None:
-        """Not part of -n: the consumer may deliver that many more."""
-        self.run.budget.give_back(count)
-        self.consumer.give_back(count)
+    def touch(self, delivery: Delivery) -> None:
+        self.batch.touch()

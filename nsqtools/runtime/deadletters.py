@@ -35,7 +35,7 @@ import trio
 
 from nsqtools import formats
 from nsqtools.config import ClientConfig
-from nsqtools.consumer import Batch
+from nsqtools.consumer import ReceivedBatch
 from nsqtools.durable import fsync_directory
 from nsqtools.errors import NsqError, describe_file_error
 from nsqtools.producer import Producer
@@ -91,7 +91,7 @@ class Letters:
     """Messages of one batch given up for one reason."""
 
     origin: formats.Origin
-    batch: Batch
+    batch: ReceivedBatch
     messages: list[Message]
     reason: str  # in a line, in each envelope
     why: str  # PAST_MAX_ATTEMPTS or REFUSED, for the count

@@ -38,7 +38,7 @@ from nsqtools.runtime.stdio import read_chunks
 
 if TYPE_CHECKING:
     from nsqtools.config import ClientConfig
-    from nsqtools.producer import Outcome
+    from nsqtools.producer import PublishOutcome
 
 log = logging.getLogger("nsqtools")
 
@@ -228,7 +228,7 @@ class RecordPublisher:
         assert self.partitions is not None  # --shard-key needs --lookupd-http-address
         return self.partitions.for_key(self.topic, shard_key.of(record).encode())
 
-    def _record_failures(self, outcome: Outcome) -> None:
+    def _record_failures(self, outcome: PublishOutcome) -> None:
         if outcome.error is not None and self.failed_file is not None:
             self.failed_file.write(outcome.bodies)
 

@@ -10,7 +10,9 @@ REQ, keeps a refused message as a dead letter before it FINs it, counts, and bac
 A sink may settle at once (stdout: written is done) or later (a file: at its next sync;
 a relay: when the destination answers); flush() asks it to settle everything accepted
 so far. What is still unsettled when the run ends is requeued by the consumer's clean
-stop: never lost, never FIN'd unwritten.
+stop: never lost, never FIN'd unwritten. The runtime TOUCHes what a sink holds long
+(touch()). A delivery hides the consumer's batch it came from: sinks import nothing of
+the consumer.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from nsqtools.consumer import Batch
     from nsqtools.protocol import Message
 
 
@@ -49,38 +50,56 @@ class Settler(Protocol):
 
     def refuse(self, delivery: Delivery, messages: list[Message], reason: str) -> None: ...
 
+    def touch(self, delivery: Delivery) -> None: ...
+
+
+class Received(Protocol):
+    """What a delivery carries: the messages of one read from one nsqd."""
+
+    @property
+    def messages(self) -> list[Message]: ...
+
+    @property
+    def bodies(self) -> list[bytes]: ...
+
+    @property
+    def nsqd_address(self) -> str: ...
+
+    def __len__(self) -> int: ...
+
 
 class Delivery:
-    """The first `count` messages of a batch from `topic`, for a sink to output.
+    """The messages of one read from one nsqd, of `topic`, for a sink to output.
 
     Settle each message once, with done(), requeue() or refuse(); given no messages,
     these settle every one not settled yet. A message settled before is skipped."""
 
-    __slots__ = ("_all_settled", "_own_ids", "_settled_ids", "_settler", "batch", "count", "topic")
+    __slots__ = ("_all_settled", "_own_ids", "_received", "_settled_ids", "_settler", "topic")
 
-    def __init__(self, topic: str, batch: Batch, count: int, settler: Settler) -> None:
+    def __init__(self, topic: str, received: Received, settler: Settler) -> None:
         self.topic = topic
-        self.batch = batch  # the runtime's, to answer nsqd: sinks settle through the delivery
-        self.count = count
+        self._received = received
         self._settler = settler
         self._settled_ids: set[bytes] | None = None  # settled one by one, if any
         self._own_ids: set[bytes] | None = None  # the delivery's ids, once needed
         self._all_settled = False
 
     @property
+    def count(self) -> int:
+        return len(self._received)
+
+    @property
     def messages(self) -> list[Message]:
-        messages = self.batch.messages
-        return messages if self.count == len(messages) else messages[: self.count]
+        return self._received.messages
 
     @property
     def bodies(self) -> list[bytes]:
         """The bodies alone: cheaper than `messages` when that is all a sink needs."""
-        bodies = self.batch.bodies
-        return bodies if self.count == len(bodies) else bodies[: self.count]
+        return self._received.bodies
 
     @property
     def nsqd_address(self) -> str:
-        return self.batch.nsqd_address
+        return self._received.nsqd_address
 
     @property
     def settled(self) -> bool:
@@ -112,6 +131,12 @@ class Delivery:
         chosen = self._take(messages)
         if chosen:
             self._settler.refuse(self, chosen, reason)
+
+    def touch(self) -> None:
+        """Ask nsqd to wait longer for the messages not settled yet (it would send them
+        again after its msg_timeout): for a sink that holds them a long time."""
+        if not self._all_settled:
+            self._settler.touch(self)
 
     def _take(self, messages: Sequence[Message] | None) -> list[Message] | None:
         """Mark messages settled; those not settled before, or None for every message

@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from nsqtools.archive.names import NameParser
+from nsqtools.archive.nameparsing import NameParser
 from nsqtools.archive.reading import FileReport, Format, archive_files, scan, whole_lines
 from nsqtools.errors import NsqError
 

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from nsqtools.config import ClientConfig
 from nsqtools.errors import NsqError
 from nsqtools.flow import TokenBucket
-from nsqtools.producer import PUT_MANY_CHUNK, Outcome, Producer
+from nsqtools.producer import PUT_MANY_CHUNK, Producer, PublishOutcome, open_producer
 
 UNKNOWN_TOPIC = "(unknown)"  # an envelope without a topic, in a file whose name has none
 # Time first; raw archives only have their file's hour, so then the file and the order
@@ -56,7 +56,7 @@ class Replayed:
     malformed: int = 0  # lines that are no message (no envelope, or empty): left out
     tasks: int = 0  # tasks run at once, each publishing at rate / tasks
 
-    def count(self, outcome: Outcome) -> None:
+    def count(self, outcome: PublishOutcome) -> None:
         """The Producer's on_outcome: its tokens are the messages' topics of origin."""
         assert outcome.tokens is not None  # every message is put with its topic
         (self.published if outcome.error is None else self.failed).update(outcome.tokens)
@@ -116,9 +116,9 @@ def _publish_partition(
 
 async def _publish_rows(destination: Destination, rate: float, rows: Iterable[Any]) -> Replayed:
     counts = Replayed()
-    producer = Producer(destination.addresses, destination.config, on_outcome=counts.count)
     bucket = TokenBucket(rate, trio.current_time()) if rate else None
-    async with producer:
+    producing = open_producer(destination.addresses, destination.config, on_outcome=counts.count)
+    async with producing as producer:
         for topics, bodies in _chunks(rows, counts):
             await _put_paced(producer, destination.topic, topics, bodies, bucket)
     counts.reasons.update(producer.failure_reasons)

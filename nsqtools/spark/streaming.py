@@ -54,11 +54,11 @@ from pyspark.sql.types import Row
 
 from nsqtools import __version__
 from nsqtools.config import ClientConfig, ConfigError
-from nsqtools.consumer import Batch, Consumer, open_consumer
+from nsqtools.consumer import Consumer, ConsumerOptions, ReceivedBatch, open_consumer
 from nsqtools.durations import parse_duration
 from nsqtools.errors import NsqError
 from nsqtools.formats import message_id
-from nsqtools.producer import MODES, Producer
+from nsqtools.producer import MODES, open_producer
 from nsqtools.protocol import Message
 
 log = logging.getLogger("nsqtools.spark.streaming")
@@ -153,7 +153,7 @@ class SourceSettings:
 class _Taken:
     """Messages of one consumer batch that went into one micro-batch."""
 
-    batch: Batch
+    batch: ReceivedBatch
     messages: list[Message]
 
 
@@ -204,9 +204,11 @@ class LiveConsumer:
             settings.topic,
             settings.channel,
             settings.config,
-            nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
-            lookupd_http_addresses=settings.lookupd_http_addresses,
-            stop_timeout=STOP_TIMEOUT,
+            ConsumerOptions(
+                nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
+                lookupd_http_addresses=settings.lookupd_http_addresses,
+                stop_timeout=STOP_TIMEOUT,
+            ),
         ) as consumer:
             self._consumer = consumer
             self._started.set()
@@ -484,13 +486,13 @@ class NsqStreamWriter(DataSourceStreamWriter):
 
     async def _publish(self, by_topic: dict[str, list[bytes]]) -> None:
         settings = self.settings
-        producer = Producer(
+        producing = open_producer(
             settings.nsqd_tcp_addresses,
             settings.config,
             settings.mode,
             reconnect_timeout=settings.reconnect_timeout,
         )
-        async with producer:
+        async with producing as producer:
             for topic, bodies in by_topic.items():
                 await producer.put_many(topic, bodies)
             await producer.flush()

@@ -9,7 +9,7 @@ pretended, a full or a read-only one, a file size limit: filesystems.py), work
 bounds without timers (bytes allocated per step: work.py), and a Spark standalone
 cluster on loopback whose workers can each have a private output dir
 (spark_cluster.py, imported by name: it needs the spark extra and Java).
-Nothing here fakes upstream nsqd. The one stand-in is youzan.py: a scripted server of the
+Nothing here fakes upstream nsqd. The one stand-in is youzan/: a scripted server of the
 Youzan fork, which cannot be built here, following ../shared/spec/youzan.md.
 """
 

@@ -447,12 +447,14 @@ class Nsqd(NsqProcess):
 
 async def _read(address: str, topic: str, channel: str, count: int, timeout: float) -> list[bytes]:
     from nsqtools.config import ClientConfig
-    from nsqtools.consumer import open_consumer
+    from nsqtools.consumer import ConsumerOptions, open_consumer
 
     bodies: list[bytes] = []
     with trio.fail_after(timeout):
         config = ClientConfig(max_in_flight=max(1, min(count, 2500)))
-        async with open_consumer(topic, channel, config, nsqd_tcp_addresses=[address]) as consumer:
+        async with open_consumer(
+            topic, channel, config, ConsumerOptions(nsqd_tcp_addresses=[address])
+        ) as consumer:
             async for batch in consumer:
                 bodies.extend(batch.bodies)
                 batch.finish()
@@ -471,12 +473,12 @@ async def not_in_nsqd(
     after a crash nsqd keeps a message whose metadata it had not synced, and does not
     count it; and a relay may have delivered some twice."""
     from nsqtools.config import ClientConfig
-    from nsqtools.consumer import open_consumer
+    from nsqtools.consumer import ConsumerOptions, open_consumer
 
     missing = set(wanted)
     config = ClientConfig(max_in_flight=2500)
     async with open_consumer(
-        topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+        topic, channel, config, ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address])
     ) as consumer:
         while missing:
             with trio.move_on_after(STALL_LIMIT):

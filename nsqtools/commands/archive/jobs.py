@@ -144,7 +144,8 @@ class JobRun(Generic[T]):
 def find_archives(options: dict[str, Any]) -> Callable[[], list[ArchiveFile]]:
     """The scan of the archives options name, checked now and run later (beside the
     session's start)."""
-    from nsqtools.archive.names import BadName, NameParser
+    from nsqtools.archive.nameparsing import NameParser
+    from nsqtools.archive.names import BadName
 
     try:
         zone = ZoneInfo(options["timezone"]) if options["timezone"] else None

@@ -399,12 +399,12 @@ def drain(nsqd: Nsqd, topic: str, channel: str = "drain") -> Counter[bytes]:
 
 async def _drain(nsqd: Nsqd, topic: str, channel: str) -> Counter[bytes]:
     from nsqtools.config import ClientConfig
-    from nsqtools.consumer import open_consumer
+    from nsqtools.consumer import ConsumerOptions, open_consumer
 
     bodies: Counter[bytes] = Counter()
     config = ClientConfig(max_in_flight=1000)
     async with open_consumer(
-        topic, channel, config, nsqd_tcp_addresses=[nsqd.tcp_address]
+        topic, channel, config, ConsumerOptions(nsqd_tcp_addresses=[nsqd.tcp_address])
     ) as consumer:
         while True:
             with trio.move_on_after(DRAIN_QUIET):

@@ -1,0 +1,193 @@
+"""Link: one subscribed connection to an nsqd (one partition of it, on the Youzan fork),
+and the consumer's state for it: RDY, messages in flight, the batches it delivered that
+are not answered yet, and the subscription's close (CLS, then nsqd's CLOSE_WAIT).
+
+A link lives as long as its connection: a reconnect makes a new one. Answers (FIN, REQ,
+TOUCH) go out on the link's own connection; once that has closed they are dropped here
+(nsqd takes those messages back itself), never written on the connection that replaced
+it. The link tells its consumer what happens through LinkHooks: messages received,
+messages answered (for the backoff), and when RDY may need to change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from nsqtools import flow
+from nsqtools.config import ClientConfig
+from nsqtools.consumer.batch import ReceivedBatch
+from nsqtools.consumer.subscription import Subscription
+from nsqtools.errors import NsqError
+from nsqtools.protocol import ErrorFrame, Message, MessageBatch, ProtocolError
+from nsqtools.protocol import commands as cmd
+from nsqtools.transport import Conn
+
+log = logging.getLogger("nsqtools.consumer")
+
+# How long a clean stop waits for nsqd's CLOSE_WAIT.
+CLOSE_WAIT_TIMEOUT = 5.0
+# Refresh RDY once this fraction of the last RDY has been received (the 25% rule).
+READY_REFRESH_FRACTION = 0.75
+
+
+@dataclass(frozen=True)
+class LinkHooks:
+    """What a link tells its consumer; each runs at once and never blocks."""
+
+    received: Callable[[Link, MessageBatch], None]  # messages to hand out
+    answered: Callable[[flow.Outcome, int], None]  # count messages answered so (backoff)
+    rebalance: Callable[[], None]  # RDY may need to change
+
+
+class Link:
+    """One connection to nsqd, subscribed: its RDY, in-flight count and open batches."""
+
+    def __init__(
+        self,
+        address: str,
+        subscription: Subscription,
+        config: ClientConfig,
+        hooks: LinkHooks,
+    ) -> None:
+        self.address = address
+        self.subscription = subscription
+        self.config = config
+        self.hooks = hooks
+        # The flow policy's name for it: one nsqd may serve several partitions.
+        partition = subscription.partition
+        self.key = address if partition is None else f"{address}/{partition}"
+        self.conn: Conn | None = None  # set once subscribed; never replaced
+        self.layout = subscription.layout()
+        self.ready = 0
+        self.fresh = True  # no message yet: RDY starts at 1 until the first arrives
+        self.in_flight = 0
+        self.received_since_ready = 0
+        self.last_message_at = trio.current_time()
+        self.ready_set_at = 0.0  # when RDY was last set above 0 (go-nsq's LastRdyTime)
+        self.open_batches: set[ReceivedBatch] = set()
+        self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
+        self.cls_sent = False
+        self.subscription_closed = trio.Event()
+
+    @property
+    def live(self) -> bool:
+        return self.conn is not None and not self.conn.closed
+
+    def attach(self, conn: Conn) -> None:
+        """The connection is subscribed: the link is its own from now on."""
+        assert self.conn is None, "a link serves one connection"
+        self.conn = conn
+        self.layout = self.subscription.layout()  # now that nsqd said whether it is the fork
+        self.last_message_at = trio.current_time()
+
+    def view(self, now: float) -> flow.ConnectionView:
+        assert self.conn is not None
+        return flow.ConnectionView(
+            self.key,
+            self.conn.identify.max_rdy_count,
+            self.ready,
+            idle_for=now - self.last_message_at,
+            held_for=now - self.ready_set_at,
+        )
+
+    # -- answers ---------------------------------------------------------------------
+
+    def finish(self, ids: list[bytes]) -> None:
+        self._answer(cmd.fin_many(ids), len(ids))
+        self.hooks.answered(flow.Outcome.FINISHED, len(ids))
+
+    def requeue(
+        self, messages: list[Message], ids: list[bytes], delay: float | None, backoff: bool
+    ) -> None:
+        """REQ ids (of messages) after delay, else go-nsq's default for their attempts."""
+        if delay is None:
+            answer = self._default_requeues(messages, ids)
+        else:
+            answer = cmd.req_many(ids, delay)
+        self._answer(answer, len(ids))
+        self.hooks.answered(flow.Outcome.FAILED if backoff else flow.Outcome.REQUEUED, len(ids))
+
+    def touch(self, ids: list[bytes]) -> None:
+        if ids:
+            self._write(b"".join(cmd.touch(message_id) for message_id in ids))
+
+    def _default_requeues(self, messages: list[Message], ids: list[bytes]) -> bytes:
+        """REQ for each of ids with go-nsq's default delay, from its message's attempts."""
+        wanted = set(ids)
+        config = self.config
+        return b"".join(
+            cmd.req(
+                message.id,
+                flow.requeue_delay(
+                    message.attempts, config.default_requeue_delay, config.max_requeue_delay
+                ),
+            )
+            for message in messages
+            if message.id in wanted
+        )
+
+    def _answer(self, data: bytes, count: int) -> None:
+        """Answer count messages this connection delivered; dropped once it has closed:
+        nsqd takes those back."""
+        if not self.live:
+            return
+        self.in_flight -= count
+        if self.ready_refresh_due:
+            # The refresh rides with the answers: one send, and it is only useful once
+            # answers free room in the in-flight window anyway.
+            self.ready_refresh_due = False
+            self.received_since_ready = 0
+            data += cmd.rdy(self.ready)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        # A closed connection's messages come back from nsqd after msg_timeout.
+        if self.conn is not None and not self.conn.closed:
+            self.conn.write(data)
+
+    # -- flow ------------------------------------------------------------------------
+
+    def send_ready(self, count: int) -> None:
+        self.ready = count
+        if count > 0:
+            self.ready_set_at = trio.current_time()
+        self.received_since_ready = 0
+        self.ready_refresh_due = False
+        self._write(cmd.rdy(count))
+
+    def on_messages(self, conn: Conn, received: MessageBatch) -> None:
+        """The connection's message sink: runs in its reader task, never blocks."""
+        if self.layout is not None:
+            received = self.layout.read(received)
+        count = len(received)
+        self.in_flight += count
+        self.received_since_ready += count
+        self.last_message_at = trio.current_time()
+        self.hooks.received(self, received)
+        if self.fresh:
+            self.fresh = False
+            self.hooks.rebalance()
+        elif self.ready and self.received_since_ready >= READY_REFRESH_FRACTION * self.ready:
+            self.ready_refresh_due = True
+
+    def on_error(self, conn: Conn, frame: ErrorFrame) -> None:
+        log.warning("%s: %s", self.address, frame)
+
+    async def close_subscription(self) -> None:
+        """CLS once, and wait for CLOSE_WAIT: every message nsqd sent before it has been
+        received (and, while stopping, requeued); nsqd sends nothing more."""
+        if not self.cls_sent:
+            self.cls_sent = True
+            try:
+                with trio.move_on_after(CLOSE_WAIT_TIMEOUT):
+                    if self.conn is not None:
+                        await self.conn.request(cmd.CLS)
+            except (NsqError, ProtocolError):
+                pass
+            finally:
+                self.subscription_closed.set()
+        await self.subscription_closed.wait()

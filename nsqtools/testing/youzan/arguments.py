@@ -1,0 +1,164 @@
+"""What a command carries, read and checked: PUB-family bodies (plain, traced, with an
+extend header, batched) as drafts to store, the answer a publish gets, partition
+parameters, topic and channel names, and SUB_ADVANCED's start positions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from nsqtools.testing.youzan.state import Draft, StoredMessage
+from nsqtools.testing.youzan.wire import OK, TAG_KEY, TRACE_ID_KEY, Refusal, invalid, trace_answer
+
+TOPIC_NAME = re.compile(r"^[.a-zA-Z0-9_-]{1,64}$")
+CHANNEL_NAME = re.compile(r"^[.a-zA-Z0-9_-]{1,64}(#ephemeral)?$")
+
+
+def _payload(name: str, body: bytes) -> bytes:
+    if not body:
+        raise Refusal("E_BAD_MESSAGE", f"{name} invalid message body size 0")
+    return body
+
+
+def _traced_draft(name: str, data: bytes) -> Draft:
+    """[8-byte BE trace id][payload]."""
+    if len(data) < 8:
+        raise Refusal("E_BAD_BODY", f"{name} body too short for a trace id")
+    (trace_id,) = struct.unpack(">Q", data[:8])
+    return Draft(_payload(name, data[8:]), trace_id=trace_id, traced=True)
+
+
+def _ext_draft(name: str, data: bytes) -> Draft:
+    """[2-byte BE json len][json header][payload]."""
+    if len(data) < 2:
+        raise Refusal("E_BAD_BODY", f"{name} body too short for an extend header")
+    (size,) = struct.unpack(">H", data[:2])
+    ext, payload = data[2 : 2 + size], data[2 + size :]
+    if len(ext) < size:
+        raise Refusal("E_BAD_BODY", f"{name} extend header longer than the body")
+    header = _json_header(ext) if ext else {}
+    trace = _trace_id(header)
+    tag = header.get(TAG_KEY, "")
+    if not isinstance(tag, str):
+        raise Refusal("E_BAD_TAG")
+    return Draft(
+        _payload(name, payload), trace_id=trace or 0, traced=trace is not None, ext=ext, tag=tag
+    )
+
+
+def _trace_id(header: dict[str, Any]) -> int | None:
+    """ "##trace_id": a decimal string of a 64-bit id; None without one."""
+    trace = header.get(TRACE_ID_KEY)
+    if trace is None:
+        return None
+    if not (isinstance(trace, str) and trace.isascii() and trace.isdigit()):
+        raise Refusal("E_INVALID_JSON_HEADER", f"{TRACE_ID_KEY} is not a decimal string")
+    if int(trace) >= 2**64:
+        raise Refusal("E_INVALID_JSON_HEADER", f"{TRACE_ID_KEY} is out of range")
+    return int(trace)
+
+
+def _json_header(ext: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(ext)
+    except (ValueError, RecursionError):
+        header = None
+    if not isinstance(header, dict):
+        raise Refusal("E_INVALID_JSON_HEADER")
+    return header
+
+
+def _split_batch(name: str, body: bytes) -> list[bytes]:
+    """[4B count] then [4B size][data] for each message."""
+    if len(body) < 4:
+        raise Refusal("E_BAD_BODY", f"{name} failed to read message count")
+    (count,) = struct.unpack(">i", body[:4])
+    if count <= 0:
+        raise Refusal("E_BAD_BODY", f"{name} invalid message count {count}")
+    parts, position = [], 4
+    for index in range(count):
+        header = body[position : position + 4]
+        size = struct.unpack(">i", header)[0] if len(header) == 4 else -1
+        data = body[position + 4 : position + 4 + size] if size >= 0 else b""
+        if size < 0 or len(data) < size:
+            raise Refusal("E_BAD_BODY", f"{name} failed to read message({index}) body")
+        parts.append(data)
+        position += 4 + size
+    if position != len(body):
+        raise Refusal("E_BAD_BODY", f"{name} body has bytes after its messages")
+    return parts
+
+
+def read_drafts(name: bytes, body: bytes) -> list[Draft]:
+    text = name.decode()
+    read_one: Callable[[str, bytes], Draft] = {
+        b"PUB": lambda n, d: Draft(_payload(n, d)),
+        b"PUB_TRACE": _traced_draft,
+        b"PUB_EXT": _ext_draft,
+    }[name.removeprefix(b"M")]
+    if name.startswith(b"M"):
+        return [read_one(text, data) for data in _split_batch(text, body)]
+    return [read_one(text, body)]
+
+
+def publish_answer(name: bytes, drafts: list[Draft], stored: list[StoredMessage]) -> bytes:
+    first = stored[0]
+    if name == b"MPUB_TRACE":
+        # The first message's id and offset, trace id 0, the batch's total raw size.
+        total = sum(message.raw_size for message in stored)
+        return trace_answer(first.internal_id, 0, first.offset, total)
+    if name in (b"PUB_TRACE", b"PUB_EXT") and drafts[0].traced:
+        return trace_answer(first.internal_id, first.trace_id, first.offset, first.raw_size)
+    # MPUB_EXT: the page does not say; plain OK, as MPUB.
+    return OK
+
+
+def partition_param(value: bytes) -> int | None:
+    """A partition parameter; -1 is none, as the fork's clients send it."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise Refusal("E_BAD_PARTITION", f"topic partition is not valid: {value!r}") from None
+    return None if number == -1 else number
+
+
+def check_name(command: str, kind: str, name: str, pattern: re.Pattern[str]) -> None:
+    if not pattern.match(name):
+        code = "E_BAD_TOPIC" if kind == "topic" else "E_BAD_CHANNEL"
+        raise Refusal(code, f'{command} {kind} name "{name}" is not valid')
+
+
+# A start position of SUB_ADVANCED: the index of the first message to send.
+
+
+def start_index(messages: list[StoredMessage], position: bytes) -> int:
+    kind, _, value = position.decode(errors="replace").partition(":")
+    try:
+        number = int(value)
+    except ValueError:
+        raise invalid(f"SUB_ADVANCED invalid start position {position!r}") from None
+    if kind == "special" and number == -1:
+        return len(messages)  # the end: only what is stored after the SUB
+    if kind == "timestamp":
+        return _first(messages, lambda m: m.timestamp >= number * 1_000_000_000)
+    if kind == "virtual_queue":
+        return _first(messages, lambda m: m.offset >= number)
+    if kind == "msgcount":
+        # The page gives no detail: skip the first <n> messages of the partition.
+        return min(max(number, 0), len(messages))
+    raise invalid(f"SUB_ADVANCED invalid start position {position!r}")
+
+
+def _first(messages: list[StoredMessage], wanted: Callable[[StoredMessage], bool]) -> int:
+    return next((i for i, message in enumerate(messages) if wanted(message)), len(messages))
+
+
+def int_field(request: dict[str, Any], name: str, default: int) -> int:
+    value = request.get(name, default)
+    if type(value) is not int:
+        raise Refusal("E_BAD_BODY", f"IDENTIFY {name} is not an integer: {value!r}")
+    return value

@@ -1,0 +1,203 @@
+"""The fork cluster tests start (YouzanCluster): one nsqlookupd and N nsqds on loopback,
+the threads that serve them, and what tests script (inject messages, refuse the next
+commands with an error code, move a partition's leader, make a topic unwritable) and
+read (messages stored, ids FIN'd, commands received, connections open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from nsqtools.testing.lifetime import StartsAndStops
+from nsqtools.testing.youzan.lookupd import Lookupd
+from nsqtools.testing.youzan.nsqd import NsqdNode
+from nsqtools.testing.youzan.session import Session
+from nsqtools.testing.youzan.state import Draft, ForkTopic, Store, StoredMessage
+
+# How often the HTTP servers' loops poll: shutdown() waits for the next one.
+HTTP_POLL_SECONDS = 0.02
+
+
+class YouzanCluster(StartsAndStops):
+    """A fork cluster: one nsqlookupd (HTTP only) and `nsqd_count` nsqds, replica 1."""
+
+    def __init__(self, topics: Sequence[ForkTopic] = (), nsqd_count: int = 2) -> None:
+        if nsqd_count < 1:
+            raise ValueError("a cluster has at least one nsqd")
+        self._store = Store(nsqd_count)
+        for topic in topics:
+            self._store.add_topic(topic)
+        self._nsqds = [NsqdNode(index) for index in range(nsqd_count)]
+        self._lookupd = Lookupd(self._store, self._nsqds)
+        self.lookupd_http_address = self._lookupd.http_address
+        self.nsqd_tcp_addresses = [nsqd.tcp_address for nsqd in self._nsqds]
+        self.nsqd_http_addresses = [f"127.0.0.1:{nsqd.http_port}" for nsqd in self._nsqds]
+        self._servers = [self._lookupd.http, *(nsqd.http for nsqd in self._nsqds)]
+        self._threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+
+    # Lifetime.
+
+    def start(self) -> None:
+        self._started = True
+        for server in self._servers:
+            # shutdown() waits for the loop's next poll: short ones keep stop() fast.
+            self._spawn(functools.partial(server.serve_forever, HTTP_POLL_SECONDS))
+        for nsqd in self._nsqds:
+            self._spawn(functools.partial(self._accept, nsqd))
+
+    def stop(self) -> None:
+        """Close every listener and connection and join every thread. Safe twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for nsqd in self._nsqds:
+            with contextlib.suppress(OSError):
+                nsqd.listener.shutdown(socket.SHUT_RDWR)
+            nsqd.listener.close()
+        for server in self._servers:
+            if self._started:
+                server.shutdown()
+            server.server_close()
+        with self._store.lock:
+            sessions = list(self._store.sessions)
+        for session in sessions:
+            session.close()
+        self._join_all()
+
+    def _join_all(self) -> None:
+        # Accepting threads end first (their listeners are closed), so once these are
+        # joined no thread is added: join until the list stops growing.
+        joined = 0
+        while True:
+            with self._threads_lock:
+                threads = self._threads[joined:]
+            if not threads:
+                return
+            for thread in threads:
+                thread.join()
+            joined += len(threads)
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, daemon=True)
+        with self._threads_lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _accept(self, nsqd: NsqdNode) -> None:
+        while True:
+            try:
+                sock, _ = nsqd.listener.accept()
+            except OSError:  # the listener was closed: the cluster stops
+                return
+            session = Session(self._store, nsqd.index, sock)
+            with self._store.lock:
+                self._store.sessions.add(session)
+            if self._stopped:
+                session.close()
+                session.file.close()
+                continue
+            self._spawn(functools.partial(session.serve, self._spawn))
+
+    # What tests script.
+
+    def add_topic(self, topic: ForkTopic) -> None:
+        with self._store.lock:
+            self._store.add_topic(topic)
+
+    def inject(
+        self,
+        topic: str,
+        partition: int,
+        body: bytes,
+        *,
+        trace_id: int = 0,
+        tag: str = "",
+        ext: bytes = b"",
+        timestamp: int | None = None,
+    ) -> StoredMessage:
+        """Store a message as if published (whatever the leader, refusals or writability).
+        ext and tag are stored as given: a tag without ext goes out with ext version 0."""
+        with self._store.lock:
+            target = self._store.partition(topic, partition)
+            if (ext or tag) and not target.topic.extend:
+                raise ValueError(f"topic {topic!r} is not an extend topic: no ext, no tag")
+            draft = Draft(body, trace_id=trace_id, ext=ext, tag=tag)
+            stamp = time.time_ns() if timestamp is None else timestamp
+            return self._store.append(target, draft, stamp)
+
+    def refuse_next(
+        self,
+        topic: str,
+        partition: int,
+        code: str,
+        times: int = 1,
+        *,
+        on: Literal["pub", "sub"] = "pub",
+    ) -> None:
+        """Answer the next `times` PUB-family commands to the partition (or SUB-family ones,
+        with on="sub") with this error code. On PUB, not-leader, not-writable and
+        E_PUB_TOO_MUCH_WAITING leave the connection open; every other code, and every
+        code on SUB, closes it."""
+        with self._store.lock:
+            self._store.partition(topic, partition).refusals[on].extend([code] * times)
+
+    def move_partition(self, topic: str, partition: int, nsqd: int) -> None:
+        """A leader change: lookups name the new nsqd, the old one answers
+        E_TOPIC_NOT_EXIST for the partition. Its consumers on the old nsqd are
+        disconnected (the page is silent: this makes them look the leader up again).
+        The messages and channels move along: the replicas hold them too."""
+        if not 0 <= nsqd < len(self._nsqds):
+            raise ValueError(f"no nsqd {nsqd}")
+        with self._store.lock:
+            moved = self._store.partition(topic, partition)
+            moved.leader = nsqd
+            stranded = [
+                session
+                for channel in moved.channels.values()
+                for session in channel.sessions
+                if session.nsqd != nsqd
+            ]
+        for session in stranded:
+            session.close()
+
+    def set_writable(self, topic: str, enabled: bool) -> None:
+        """Unwritable is a topic "right after creation": lookups with access=w list no
+        partition and no producer, and publishing gets E_FAILED_ON_NOT_WRITABLE."""
+        with self._store.lock:
+            self._store.topic(topic).writable = enabled
+
+    # What tests read.
+
+    def stored(self, topic: str, partition: int | None = None) -> list[StoredMessage]:
+        """Every message of the topic (or of one partition), by partition then offset."""
+        with self._store.lock:
+            partitions = self._store.topic(topic).partitions
+            if partition is not None:
+                partitions = [self._store.partition(topic, partition)]
+            chosen = partitions
+            return [message for p in chosen for message in p.messages]
+
+    def finished(self, topic: str, channel: str) -> list[bytes]:
+        """The ids FIN'd on the topic's channel, in order."""
+        with self._store.lock:
+            return list(self._store.finished.get((topic, channel), []))
+
+    def commands(self, nsqd: int | None = None) -> list[bytes]:
+        """Every command received (by one nsqd, or all), raw and in order: the line with its
+        "\\n", and for those with a body the 4-byte size and the body."""
+        with self._store.lock:
+            return [raw for index, raw in self._store.commands if nsqd in (None, index)]
+
+    def connections(self) -> int:
+        """Client connections to the nsqds open now."""
+        with self._store.lock:
+            return len(self._store.sessions)

@@ -1,0 +1,91 @@
+"""HTTP as the fork's daemons serve it, for the lookupd's API and each nsqd's: a threaded
+server on loopback whose routes answer data, and the 0.3.x envelope around it or, for a
+client that asked for v1, the data bare.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from nsqtools.testing.youzan.wire import V1_ACCEPT
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json; charset=utf-8"),)
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def _enveloped(
+    route: Callable[[str, dict[str, str]], Any], path: str, query: dict[str, str], v1: bool
+) -> HttpReply:
+    """0.3.x's envelope unless the client asked for v1: {"status_code","status_txt","data"},
+    and every error as HTTP 500 with its text in status_txt; v1 sends the data bare and an
+    error with its own status as {"message": ...}."""
+    try:
+        data = route(path, query)
+    except HttpError as error:
+        if v1:
+            return HttpReply(error.status, _json({"message": error.message}), _V1_HEADERS)
+        return HttpReply(
+            500, _json({"status_code": 500, "status_txt": error.message, "data": None})
+        )
+    if isinstance(data, HttpReply):
+        return data
+    if v1:
+        return HttpReply(200, _json(data), _V1_HEADERS)
+    return HttpReply(200, _json({"status_code": 200, "status_txt": "OK", "data": data}))
+
+
+_V1_HEADERS = (
+    ("Content-Type", "application/json; charset=utf-8"),
+    ("X-NSQ-Content-Type", "nsq; version=1.0"),
+)
+PLAIN_OK = HttpReply(200, b"OK", (("Content-Type", "text/plain; charset=utf-8"),))
+
+
+def http_server(route: Callable[[str, dict[str, str]], Any]) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = {key: values[0] for key, values in parse_qs(url.query).items()}
+            v1 = self.headers.get("Accept") == V1_ACCEPT
+            reply = _enveloped(route, url.path, query, v1)
+            self.send_response(reply.status)
+            for key, value in reply.headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(reply.body)))
+            self.end_headers()
+            self.wfile.write(reply.body)
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: tests look at the state instead."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def port_of(server: ThreadingHTTPServer | socket.socket) -> int:
+    sock = server.socket if isinstance(server, ThreadingHTTPServer) else server
+    return int(sock.getsockname()[1])

@@ -1,0 +1,133 @@
+"""The fork's nsqlookupd, HTTP only: /lookup with partitions and meta (the wrapped 0.3.x
+envelope or the bare v1 one), /listlookup, /info, /topics, /channels, /nodes and /ping,
+answered from the shared state under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from nsqtools.testing.youzan.httpapi import PLAIN_OK, HttpError, http_server, port_of
+from nsqtools.testing.youzan.nsqd import NsqdNode
+from nsqtools.testing.youzan.state import ForkTopic, Partition, Store, Topic
+from nsqtools.testing.youzan.wire import VERSION
+
+
+class Lookupd:
+    """The lookupd's HTTP server over the cluster's state and nsqds (replica 1)."""
+
+    def __init__(self, store: Store, nsqds: list[NsqdNode]) -> None:
+        self.store = store
+        self.nsqds = nsqds
+        self.http = http_server(self._route)
+        self.http_address = f"127.0.0.1:{port_of(self.http)}"
+
+    def _route(self, path: str, query: dict[str, str]) -> Any:
+        routes: dict[str, Callable[[dict[str, str]], Any]] = {
+            "/lookup": self._lookup,
+            "/listlookup": lambda _: self._listlookup(),
+            "/info": lambda _: {"version": VERSION, "ha_support": True},
+            "/topics": lambda _: {"topics": list(self.store.topics)},
+            "/channels": self._channels,
+            "/nodes": lambda _: {"producers": self._nodes()},
+            "/ping": lambda _: PLAIN_OK,
+        }
+        if path not in routes:
+            raise HttpError(404, "NOT_FOUND")
+        with self.store.lock:
+            return routes[path](query)
+
+    def _lookup(self, query: Mapping[str, str]) -> dict[str, Any]:
+        topic = self.store.topics.get(_topic_arg(query))
+        access = query.get("access", "r")
+        if access not in ("r", "w"):
+            raise HttpError(400, "INVALID_ACCESS_MODE")
+        partitions = _partition_filter(topic, query.get("partition"))
+        if topic is None:
+            if access == "w":
+                raise HttpError(404, "Key not found")
+            return {"channels": [], "partitions": {}, "producers": []}
+        if access == "w":
+            partitions = self._writable(topic, partitions)
+        data: dict[str, Any] = {"channels": topic.channel_names()}
+        if query.get("metainfo") == "true":
+            data["meta"] = self._meta(topic.config)
+        # Keys in Go's order for a map: sorted, the partition ids too (as strings).
+        data["partitions"] = {
+            key: self.nsqds[p.leader].peer()
+            for key, p in sorted((str(p.number), p) for p in partitions)
+        }
+        leaders = sorted({p.leader for p in partitions})
+        data["producers"] = [self.nsqds[index].peer() for index in leaders]
+        return data
+
+    @staticmethod
+    def _writable(topic: Topic, partitions: list[Partition]) -> list[Partition]:
+        """access=w: nothing before writes are enabled, then the partitions with a channel
+        (no node is tombstoned here)."""
+        if not topic.writable:
+            return []
+        kept = [p for p in partitions if p.channels]
+        if not kept:
+            raise HttpError(500, "Topic has no channel, should init at least one for the new topic")
+        return kept
+
+    def _meta(self, config: ForkTopic) -> dict[str, Any]:
+        return {
+            "disable_channel_auto_create": config.disable_channel_auto_create,
+            "extend_support": config.extend,
+            # The fork needs multi_part to put two partitions on one node.
+            "multi_part": config.partitions > len(self.nsqds),
+            "ordered": config.ordered,
+            "partition_num": config.partitions,
+            "replica": 1,
+        }
+
+    def _listlookup(self) -> dict[str, Any]:
+        # One lookupd, the leader. The fork's ID format is not on the page; its TCP and
+        # RPC ports are not served here, hence "0".
+        port = self.http_address.rpartition(":")[2]
+        node = {
+            "ID": self.http_address,
+            "NodeIP": "127.0.0.1",
+            "TcpPort": "0",
+            "HttpPort": port,
+            "RpcPort": "0",
+            "Epoch": 1,
+        }
+        return {"lookupdleader": node, "lookupdnodes": [node]}
+
+    def _channels(self, query: Mapping[str, str]) -> dict[str, Any]:
+        topic = self.store.topics.get(_topic_arg(query))
+        return {"channels": [] if topic is None else topic.channel_names()}
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        """nsqlookupd v1's /nodes: each nsqd with the topics it leads a partition of, none
+        tombstoned."""
+        nodes = []
+        for nsqd in self.nsqds:
+            topics = [
+                name
+                for name, topic in self.store.topics.items()
+                if any(p.leader == nsqd.index for p in topic.partitions)
+            ]
+            nodes.append({**nsqd.peer(), "tombstones": [False] * len(topics), "topics": topics})
+        return nodes
+
+
+def _topic_arg(query: Mapping[str, str]) -> str:
+    if not query.get("topic"):
+        raise HttpError(400, "MISSING_ARG_TOPIC")
+    return query["topic"]
+
+
+def _partition_filter(topic: Topic | None, value: str | None) -> list[Partition]:
+    partitions = [] if topic is None else topic.partitions
+    if value is None:
+        return partitions
+    try:
+        number = int(value)
+    except ValueError:
+        raise HttpError(400, "INVALID_ARG_PARTITION") from None
+    return [p for p in partitions if p.number == number]
