@@ -6,6 +6,7 @@ teardown, whatever the test's outcome. A missing nsqd fails the test; it never s
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -161,7 +162,8 @@ def spark() -> Iterator[Any]:
     not to stop)."""
     from nsqtools.spark.session import SparkSettings, start
 
-    log_file = Path(tempfile.gettempdir(), "nsqtools-tests-spark.log")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one log per pytest worker
+    log_file = Path(tempfile.gettempdir(), f"nsqtools-tests-spark-{worker}.log")
     session, _existed = start(SparkSettings(master="local[2]"), log_file)
     yield session
     session.stop()

@@ -19,6 +19,9 @@ from nsqtools.testing import our_tool, wait_until
 from tests.conftest import ArchiveRun
 from tests.test_archive_compact import ORIGIN, message
 
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
+
 PARTITION = "topic=orders/date=2026-11-23/hour=0"
 
 

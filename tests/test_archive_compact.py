@@ -11,9 +11,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nsqtools import formats
 from nsqtools.protocol import Message
 from tests.conftest import ArchiveRun
+
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
 
 ORIGIN = formats.Origin("orders", "archive", "127.0.0.1:4150")
 HOUR_NS = 3_600 * 10**9

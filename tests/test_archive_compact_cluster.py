@@ -23,6 +23,9 @@ from nsqtools.testing import our_tool
 from nsqtools.testing.spark_cluster import SparkCluster
 from tests.test_archive_compact import envelopes, message
 
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
+
 # 48 messages, two an hour: 24 partitions, over both write tasks.
 MESSAGES = 48
 # Two write tasks (no coalescing of the shuffle's output), one per worker.

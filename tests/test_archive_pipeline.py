@@ -11,8 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nsqtools.testing import Nsqd, find_binary, our_tool, wait_until
 from tests.conftest import ArchiveRun, LocalNsq
+
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
 
 TOPIC = "orders"
 CHANNEL = "archive"

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from nsqtools import formats
@@ -19,6 +20,9 @@ from nsqtools.consumer import ConsumerOptions, open_consumer
 from nsqtools.protocol import Message
 from nsqtools.testing import Nsqd
 from tests.conftest import ArchiveRun
+
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
 
 BASE_NS = int(datetime(2026, 11, 23, tzinfo=UTC).timestamp()) * 10**9
 SECOND_NS = 10**9

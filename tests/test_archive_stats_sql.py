@@ -10,9 +10,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from nsqtools import formats
 from tests.conftest import ArchiveRun
 from tests.test_archive_compact import ORIGIN, envelopes, message, summary
+
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
 
 Archive = Callable[..., ArchiveRun]
 

@@ -11,10 +11,14 @@ import sys
 from pathlib import Path
 
 import pyspark
+import pytest
 
 from nsqtools import formats
 from nsqtools.testing import our_tool
 from tests.test_archive_compact import ORIGIN, message
+
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 

@@ -257,6 +257,7 @@ def test_an_http_address_of_another_nsqd_is_refused_before_anything_runs(
     assert topics(first) == topics(second) == []
 
 
+@pytest.mark.slow
 def test_on_a_terminal_progress_bars_and_the_first_sigint_ends_with_the_summary(
     nsqd: Nsqd,
 ) -> None:

@@ -18,6 +18,9 @@ from nsqtools.testing.faults import TARGETS, FaultKind, Harness, Schedule, seed_
 from nsqtools.testing.faults.catalog import RATE
 from nsqtools.testing.faults.targets_spark import ReplayTarget, StreamSinkTarget, StreamSourceTarget
 
+# Random fault schedules, tens of seconds each (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
+
 SPAN = 8.0  # seconds of faults
 FAULTS = 4
 MESSAGES = 400

@@ -100,6 +100,7 @@ async def test_stats_filtered_to_a_topic_and_channel(client: httpx.AsyncClient, 
         stats.topic("elsewhere")
 
 
+@pytest.mark.slow
 async def test_e2e_latency_only_when_nsqd_tracks_it(
     client: httpx.AsyncClient, local_nsq: LocalNsq, nsqd: Nsqd
 ) -> None:

@@ -509,6 +509,7 @@ noise = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(noise, st.lists(st.integers(0, 700), max_size=10), st.sampled_from([64, 1024, 2**26]))
 def test_fuzz_any_bytes(raw: bytes, cuts: list[int], max_frame_size: int) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import pytest
 import trio
 
 from nsqtools.runtime.signals import SAME_STOP
@@ -75,6 +76,7 @@ def test_a_slow_link_that_moves_is_not_a_failure(nsqd: Nsqd) -> None:
     assert depth(nsqd, "slow-go") == 2_000
 
 
+@pytest.mark.slow
 def test_a_frozen_nsqd_holds_records_back_but_fails_none(nsqd: Nsqd) -> None:
     """nsqd stops reading for longer than write_timeout (1s) while it owes answers:
     busy, not dead (its heartbeats would say so). Everything arrives, exit 0."""
@@ -174,6 +176,7 @@ def publish_through_restarts(
     return process.returncode, errors.read_text()
 
 
+@pytest.mark.slow
 def test_a_restarting_nsqd_loses_nothing(durable_nsq: LocalNsq, tmp_path: Path) -> None:
     nsqd = durable_nsq.nsqd("restarting", extra_args=DURABLE)
     count = 100_000
@@ -183,6 +186,7 @@ def test_a_restarting_nsqd_loses_nothing(durable_nsq: LocalNsq, tmp_path: Path) 
     assert_all_arrived(nsqd, "t", count, tmp_path / "failed")
 
 
+@pytest.mark.slow
 def test_a_million_records_through_two_restarts(durable_nsq: LocalNsq, tmp_path: Path) -> None:
     """The issue's acceptance test: 1M records while nsqd is killed and restarted twice;
     every record is in nsqd at least once, or in the failed file."""

@@ -199,6 +199,7 @@ async def test_the_budget_counts_across_topics(nsqd: Nsqd) -> None:
     assert sum(depths) == 40  # the rest, requeued at once
 
 
+@pytest.mark.slow
 async def test_a_relay_fins_only_what_its_destination_took(
     nsqd: Nsqd, durable_nsq: LocalNsq
 ) -> None:

@@ -24,6 +24,9 @@ from nsqtools.testing import Nsqd, wait_until
 from nsqtools.testing.cluster import not_in_nsqd
 from tests.conftest import DURABLE, LocalNsq
 
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
+pytestmark = pytest.mark.slow
+
 TOPIC = "live"
 WAIT = 90.0  # for Spark's micro-batches on two busy cores
 

@@ -329,6 +329,7 @@ def kill_loop(nsqd: Nsqd, tmp_path: Path, output_dir: Path, work_dir: Path, *arg
         assert archives(work_dir) == []
 
 
+@pytest.mark.slow
 def test_kill_9_loop_plain_appending(nsqd: Nsqd, tmp_path: Path) -> None:
     """Plain files without a work dir: each run appends to the file the killed one left,
     once cut back to its last whole line."""
@@ -336,6 +337,7 @@ def test_kill_9_loop_plain_appending(nsqd: Nsqd, tmp_path: Path) -> None:
     kill_loop(nsqd, tmp_path, out, out, "--max-in-flight=50")
 
 
+@pytest.mark.slow
 def test_kill_9_loop_gzip_work_dir_on_another_filesystem(nsqd: Nsqd, tmp_path: Path) -> None:
     """gzip files rotated by size, written in a work dir on another filesystem (each
     placed by a copy) when the machine has one, else beside the output dir."""
@@ -347,6 +349,7 @@ def test_kill_9_loop_gzip_work_dir_on_another_filesystem(nsqd: Nsqd, tmp_path: P
         )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_kill_9_loop_plain_rotated_in_a_work_dir(nsqd: Nsqd, tmp_path: Path) -> None:
     kill_loop(
         nsqd, tmp_path, tmp_path / "out", tmp_path / "work", "--rotate-size=5000",
@@ -633,6 +636,7 @@ def test_a_slow_link_from_nsqd_delays_but_loses_nothing(nsqd: Nsqd, tmp_path: Pa
     assert set(archived_lines(out)) == set(published)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["cut link", "nsqd restart"])
 def test_a_reconnect_keeps_the_rate_up(
     nsqd: Nsqd, local_nsq: LocalNsq, tmp_path: Path, fault: str

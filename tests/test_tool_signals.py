@@ -301,6 +301,7 @@ def published(nsqd: Nsqd) -> Nsqd:
     return nsqd
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", STOP_SIGNALS, ids=SIGNAL_NAMES)
 @pytest.mark.parametrize("name", list(TOOLS))
 def test_a_signal_at_any_early_moment_stops_cleanly(
@@ -424,6 +425,7 @@ SWEPT = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", STOP_SIGNALS, ids=SIGNAL_NAMES)
 @pytest.mark.parametrize("name", list(SWEPT))
 def test_a_signal_at_any_moment_of_a_short_run_never_ends_in_a_traceback(
