@@ -21,11 +21,10 @@ import trio.testing
 from nsqtools.config import ClientConfig
 from nsqtools.errors import AuthError, ConnectError, ConnectionClosed, NsqErrorResponse, TlsError
 from nsqtools.httpapi.nsqd import ClientStats
-from nsqtools.protocol import Message, MessageBatch, commands
-from nsqtools.protocol.frames import FrameDecoder
-from nsqtools.protocol.identify import IdentifyResponse
+from nsqtools.protocol import Message, MessageBatch, Session, SetupStep, commands
 from nsqtools.testing import Nsqd, TlsFiles
 from nsqtools.transport import Conn, open_connection
+from nsqtools.transport.negotiation import identify_request
 from nsqtools.transport.tls import client_context
 from tests.conftest import AUTH_SECRETS, LocalNsq
 
@@ -369,9 +368,10 @@ class _ClosedUnderTheReader(trio.abc.ReceiveStream):
 async def test_a_stream_closed_under_the_reader_ends_the_connection_quietly() -> None:
     left, _ = trio.testing.memory_stream_pair()
     stream = trio.StapledStream(left.send_stream, _ClosedUnderTheReader())
-    conn = Conn(
-        stream, FrameDecoder(), "test:4150", ClientConfig(), IdentifyResponse(), None, None, None
-    )
+    session: Session[Any] = Session("test:4150", identify_request(ClientConfig()))
+    session.receive_data(b"\x00\x00\x00\x06\x00\x00\x00\x00OK")  # IDENTIFY's answer
+    assert session.next_step() is SetupStep.READY
+    conn = Conn(stream, session, ClientConfig(), None, None)
     with trio.fail_after(5):
         await conn._run()  # no ClosedResourceError out of the connection's tasks
     assert conn.closed and conn.error is None

@@ -1,8 +1,9 @@
 """The NSQ V2 TCP protocol, sans-IO: bytes in, events out; intentions in, bytes out.
 
-Owns command encoding (commands), frame decoding (frames), name rules (names) and the
-IDENTIFY/AUTH negotiation documents (identify). It never imports trio, ssl, socket,
-httpx, click or rich, so it is tested and fuzzed without any network.
+Owns command encoding (commands), frame decoding (frames), name rules (names), the
+IDENTIFY/AUTH negotiation documents (identify) and a connection's protocol state: its
+set-up sequence, the answers owed, which errors end it (session). It never imports
+trio, ssl, socket, httpx, click or rich, so it is tested and fuzzed without any network.
 """
 
 from nsqtools.protocol import commands, youzan
@@ -19,9 +20,11 @@ from nsqtools.protocol.frames import (
 )
 from nsqtools.protocol.identify import AuthResponse, IdentifyRequest, IdentifyResponse
 from nsqtools.protocol.names import check_channel, check_topic, is_ephemeral, is_valid_name
+from nsqtools.protocol.session import Answered, Phase, Refused, Session, SessionEvent, SetupStep
 
 __all__ = [
     "HEARTBEAT",
+    "Answered",
     "AuthResponse",
     "ErrorFrame",
     "Event",
@@ -32,9 +35,14 @@ __all__ = [
     "LocalProtocolError",
     "Message",
     "MessageBatch",
+    "Phase",
     "ProtocolError",
+    "Refused",
     "RemoteProtocolError",
     "Response",
+    "Session",
+    "SessionEvent",
+    "SetupStep",
     "check_channel",
     "check_topic",
     "commands",

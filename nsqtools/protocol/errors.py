@@ -1,11 +1,19 @@
-"""Protocol errors, split by which side broke the rules.
+"""Protocol errors, split by which side broke the rules, and the set-up's failures.
 
 LocalProtocolError: we were about to send something nsqd would reject (a bad name, an
 empty or oversized body). RemoteProtocolError: the peer sent bytes that are not valid
-NSQ. Both derive from ProtocolError, whose message is one line a CLI can print.
+NSQ. ErrorFrameError: nsqd answered with an error frame that ends the connection.
+SetupError's kinds: the set-up cannot complete though nobody broke the rules (not an
+nsqd, TLS not offered, AUTH required without a secret or denied). All derive from
+ProtocolError, whose message is one line a CLI can print.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsqtools.protocol.frames import ErrorFrame
 
 
 class ProtocolError(Exception):
@@ -18,3 +26,32 @@ class LocalProtocolError(ProtocolError, ValueError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent something that is not valid NSQ."""
+
+
+class ErrorFrameError(ProtocolError):
+    """nsqd answered with an error frame after which it closes the connection (during
+    the set-up, any error frame)."""
+
+    def __init__(self, address: str, frame: ErrorFrame) -> None:
+        super().__init__(f"{address}: {frame}")
+        self.frame = frame
+
+
+class SetupError(ProtocolError):
+    """The set-up sequence cannot complete, though neither side broke the rules."""
+
+
+class NotNsqError(SetupError):
+    """The peer answered the magic in HTTP: it is not an nsqd (its HTTP port, say)."""
+
+
+class TlsNotOfferedError(SetupError):
+    """TLS was asked for and nsqd's answer to IDENTIFY does not offer it."""
+
+
+class AuthSecretMissingError(SetupError):
+    """nsqd requires AUTH and no secret was given."""
+
+
+class AuthDeniedError(SetupError):
+    """nsqd answered AUTH with an error frame."""

@@ -1,19 +1,15 @@
-"""One connection to nsqd: dial (dial.py), the set-up sequence, then a reader and a
-writer task.
+"""One connection to nsqd: negotiated (negotiation.py), then a reader and a writer task
+that run its protocol.session: the session decides, this moves the bytes.
 
-Set-up, in order: magic and IDENTIFY (a server answering HTTP instead is named as
-such); TLS and its OK; snappy or deflate and its OK; AUTH when nsqd requires it. Each
-step reads exactly one frame, so bytes that belong to the next layer (a compressed OK
-can arrive with the plain IDENTIFY answer) are handed to that layer, never lost.
-
-Afterwards the reader task decodes frames, answers heartbeats with NOP at once,
-passes message batches to a sink that must not block (so a slow application never
-delays a heartbeat: RDY bounds what can pile up), matches responses to requests in
-FIFO order, and declares the connection dead after two heartbeat intervals of silence.
-One writer task sends everything queued since its last send; it fails the connection
-only when the socket takes nothing for write_timeout while nsqd owes no answer (a slow
-link that still moves is not a failure). No RDY policy lives here: that is the
-consumer's.
+The reader task hands what it receives to the session and acts on what comes out:
+message batches go to a sink that must not block (so a slow application never delays
+a heartbeat: RDY bounds what can pile up), answers and refusals to the requests that
+were owed them, the NOPs that answer heartbeats to the socket; a fatal error frame
+ends the connection. Two heartbeat intervals of silence and the connection is
+declared dead. One writer task sends everything queued since its last send; it fails
+the connection only when the socket takes nothing for write_timeout while nsqd owes
+no answer (a slow link that still moves is not a failure). No RDY policy lives here:
+that is the consumer's.
 """
 
 from __future__ import annotations
@@ -23,48 +19,26 @@ import fcntl
 import logging
 import math
 import os
-import ssl
 import termios
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
-from nsqtools.addresses import split_address
 from nsqtools.config import ClientConfig
 from nsqtools.durations import format_duration
-from nsqtools.errors import (
-    AuthError,
-    ConnectError,
-    ConnectionClosed,
-    NsqError,
-    NsqErrorResponse,
-    TlsError,
-    single_errors,
-)
-from nsqtools.protocol import (
-    AuthResponse,
-    ErrorFrame,
-    Event,
-    FrameDecoder,
-    Heartbeat,
-    IdentifyRequest,
-    IdentifyResponse,
-    MessageBatch,
-    ProtocolError,
-    RemoteProtocolError,
-    Response,
-    commands,
-    youzan,
-)
+from nsqtools.errors import ConnectionClosed, NsqError, single_errors
+from nsqtools.protocol import Answered, ErrorFrame, MessageBatch, ProtocolError, Refused, Session
 from nsqtools.transport.compression import DeflateStream, SnappyStream
-from nsqtools.transport.dial import dial
-from nsqtools.transport.tls import client_context, describe_tls_failure
+from nsqtools.transport.negotiation import (
+    RECEIVE_SIZE,
+    identify_request,
+    negotiate,
+    refusal_error,
+)
 
 log = logging.getLogger("nsqtools.transport")
 
-RECEIVE_SIZE = 256 * 1024
 # Above this many queued bytes, wait_writable() makes a producer wait for the writer.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 # The writer hands the socket at most this much at a time, so that it sees progress.
@@ -80,7 +54,7 @@ AnswerSink = Callable[[bytes, NsqError | None], None]
 
 
 class _Pending:
-    """A request waiting for its answer, in send order."""
+    """A request waiting for its answer: what the session is told it is owed."""
 
     __slots__ = ("on_answer", "written_by")
 
@@ -95,24 +69,20 @@ class Conn:
     def __init__(
         self,
         stream: trio.abc.Stream,
-        decoder: FrameDecoder,
-        address: str,
+        session: Session[_Pending],
         config: ClientConfig,
-        identify: IdentifyResponse,
-        auth: AuthResponse | None,
         on_messages: MessageSink | None,
         on_error: ErrorSink | None,
     ) -> None:
-        self.address = address
-        self.identify = identify
-        self.auth = auth
+        self.address = session.address
+        self.identify = session.identify
+        self.auth = session.auth
         self.error: BaseException | None = None  # why the connection ended, unless we closed it
         self._stream = stream
-        self._decoder = decoder
+        self._session = session  # set up already
         self._config = config
         self._on_messages = on_messages
         self._on_error = on_error
-        self._pending: deque[_Pending] = deque()
         self._outgoing: list[bytes] = []
         self._outgoing_size = 0
         self._sending = False
@@ -166,7 +136,7 @@ class Conn:
         the order the requests were sent; it must not block. Raises if closed already.
         """
         self.write(data)
-        self._pending.append(_Pending(self._bytes_queued, on_answer))
+        self._session.expect_answer(_Pending(self._bytes_queued, on_answer))
 
     async def request(self, data: bytes) -> bytes:
         """send_request(), then wait for the answer: return it, or raise the error."""
@@ -216,7 +186,7 @@ class Conn:
         interval = self._config.heartbeat_interval
         silence_limit = 2 * interval if interval > 0 else math.inf
         try:
-            self._dispatch(self._decoder.feed(b""))  # frames that came with the set-up
+            self._dispatch()  # frames that came with the set-up
             # One scope whose deadline moves after every read: cheaper on the hot path
             # than a new timeout scope per read.
             with trio.CancelScope() as watchdog:
@@ -225,7 +195,8 @@ class Conn:
                     data = await self._stream.receive_some(RECEIVE_SIZE)
                     if not data:
                         raise ConnectionClosed(f"{self.address} closed the connection")
-                    self._dispatch(self._decoder.feed(data))
+                    self._session.receive_data(data)
+                    self._dispatch()
             raise ConnectionClosed(
                 f"{self.address} sent nothing for {format_duration(silence_limit)}, "
                 "two heartbeat_intervals: connection presumed dead"
@@ -237,49 +208,44 @@ class Conn:
         except (trio.BrokenResourceError, OSError, ProtocolError, NsqError) as error:
             self._end(error)
 
-    def _dispatch(self, events: list[Event]) -> None:
-        for event in events:
-            if self._closed.is_set():
-                return  # a fatal error frame ended it: nothing after it counts
+    def _dispatch(self) -> None:
+        """Act on what the session made of the bytes received."""
+        for event in self._session.next_events():
             if type(event) is MessageBatch:
-                if self._on_messages is None:
-                    raise RemoteProtocolError(f"{self.address} sent a message before any SUB")
+                assert self._on_messages is not None  # the session refuses messages otherwise
                 self._on_messages(self, event)
-            elif type(event) is Heartbeat:
-                self.write(commands.NOP)
-            elif type(event) is Response:
-                self._answer(event.data, None)
+            elif type(event) is Answered:
+                self._answered(event.request, event.data, None)
+            elif type(event) is Refused:
+                self._refused(event)
             elif type(event) is ErrorFrame:
-                self._error_frame(event)
+                self._answer_failed(event)
+        if outgoing := self._session.data_to_send():
+            self.write(outgoing)
 
-    def _answer(self, response: bytes, error: NsqError | None) -> None:
-        if not self._pending:
-            raise RemoteProtocolError(f"{self.address} sent an unrequested answer: {response!r}")
-        self._pending.popleft().on_answer(response, error)
+    def _answered(self, request: _Pending, response: bytes, error: NsqError | None) -> None:
+        request.on_answer(response, error)
         if self._sending:
             self._note_progress()
 
-    def _error_frame(self, frame: ErrorFrame) -> None:
-        if not frame.fatal and not frame.refuses_request:
-            # E_FIN_FAILED and friends: the message timed out or was already answered.
-            if self._on_error is not None:
-                self._on_error(self, frame)
-            else:
-                log.warning("%s: %s", self.address, frame)
-            return
-        error = _refusal(self.address, frame)
-        if not frame.fatal:
-            # The Youzan fork's leader errors refuse a PUB and keep the connection.
-            self._answer(b"", error)
-            return
-        if self._pending:
-            self._answer(b"", error)
+    def _refused(self, refused: Refused[_Pending]) -> None:
+        error = refusal_error(self.address, refused.frame)
+        if refused.request is not None:
+            self._answered(refused.request, b"", error)
         else:
             log.error("%s", error)
-        # nsqd closes the connection after a fatal error and reads nothing more: end it
-        # now, so requests sent after the one refused fail at once, in order.
-        self.error = error
-        self._end(error)
+        if refused.frame.fatal:
+            # nsqd closes the connection after a fatal error and reads nothing more: end
+            # it now, so requests sent after the one refused fail at once, in order.
+            self.error = error
+            self._end(error)
+
+    def _answer_failed(self, frame: ErrorFrame) -> None:
+        """A FIN, REQ or TOUCH failed: the message timed out or was already answered."""
+        if self._on_error is not None:
+            self._on_error(self, frame)
+        else:
+            log.warning("%s: %s", self.address, frame)
 
     async def _write_loop(self) -> None:
         try:
@@ -369,7 +335,8 @@ class Conn:
         """write_timeout after the last progress; none while nsqd owes an answer to a
         request it has been sent whole: it is busy with that one (an MPUB it fsyncs
         message by message), and the reader's silence limit says whether it is alive."""
-        if self._pending and self._pending[0].written_by <= self._bytes_sent:
+        owed = self._session.oldest_owed
+        if owed is not None and owed.written_by <= self._bytes_sent:
             return math.inf
         return self._last_progress + self._config.write_timeout
 
@@ -391,8 +358,8 @@ class Conn:
         self._closed.set()
         self._tasks.cancel()
         failure = self._closed_error()
-        while self._pending:
-            self._pending.popleft().on_answer(b"", failure)
+        for request in self._session.close():
+            request.on_answer(b"", failure)
         self._progress.set()
 
     async def aclose(self) -> None:
@@ -423,8 +390,13 @@ async def open_connection(
     in the reader task and must not block. on_error receives non-fatal error frames.
     extend_support: identify it to the Youzan fork's nsqd, for an extend topic's SUB.
     """
-    stream, decoder, identify, auth = await negotiate(address, config, extend_support)
-    conn = Conn(stream, decoder, address, config, identify, auth, on_messages, on_error)
+    request = identify_request(config, extend_support)
+    accepts_messages = on_messages is not None
+    session: Session[_Pending] = Session(
+        address, request, config.auth_secret, accepts_messages=accepts_messages
+    )
+    stream = await negotiate(session, config)
+    conn = Conn(stream, session, config, on_messages, on_error)
     with single_errors():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(conn._run)
@@ -433,155 +405,6 @@ async def open_connection(
             finally:
                 with trio.CancelScope(shield=True):
                     await conn.aclose()
-
-
-def identify_request(config: ClientConfig, extend_support: bool = False) -> IdentifyRequest:
-    return IdentifyRequest(
-        client_id=config.client_id,
-        hostname=config.hostname,
-        user_agent=config.user_agent,
-        heartbeat_interval=config.heartbeat_interval,
-        output_buffer_size=config.output_buffer_size,
-        output_buffer_timeout=config.output_buffer_timeout,
-        tls_v1=config.tls_v1,
-        snappy=config.snappy,
-        deflate=config.deflate,
-        deflate_level=config.deflate_level,
-        sample_rate=config.sample_rate,
-        msg_timeout=config.msg_timeout,
-        topology_region=config.topology_region,
-        topology_zone=config.topology_zone,
-        extend_support=extend_support,
-        desired_tag=config.desired_tag,
-    )
-
-
-async def negotiate(
-    address: str, config: ClientConfig, extend_support: bool = False
-) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
-    """Dial and run the set-up sequence; return the (possibly wrapped) stream and state."""
-    stream = await dial(address, config.dial_timeout, config.local_addr)
-    try:
-        with trio.fail_after(config.read_timeout):
-            return await _set_up(stream, address, config, extend_support)
-    except trio.TooSlowError:
-        await trio.aclose_forcefully(stream)
-        raise ConnectError(
-            f"{address} did not complete the connection set-up within "
-            f"{format_duration(config.read_timeout)} (read_timeout)"
-        ) from None
-    except BaseException:
-        await trio.aclose_forcefully(stream)
-        raise
-
-
-async def _set_up(
-    stream: trio.abc.Stream, address: str, config: ClientConfig, extend_support: bool
-) -> tuple[trio.abc.Stream, FrameDecoder, IdentifyResponse, AuthResponse | None]:
-    decoder = FrameDecoder()
-    request = identify_request(config, extend_support).to_json()
-    await stream.send_all(commands.MAGIC_V2 + commands.identify(request))
-    decoder.receive_data(await _first_answer(stream, address))
-    identify = IdentifyResponse.parse(await _read_response(stream, decoder, address, "IDENTIFY"))
-    if config.tls_v1:
-        if not identify.tls_v1:
-            raise TlsError(f"{address} does not offer TLS (nsqd needs --tls-cert and --tls-key)")
-        stream = await _start_tls(stream, decoder, address, config)
-        await _expect_ok(stream, decoder, address, "TLS")
-    if identify.snappy:
-        stream = SnappyStream(stream, initial=decoder.take_unconsumed())
-        await _expect_ok(stream, decoder, address, "snappy")
-    elif identify.deflate:
-        stream = DeflateStream(stream, identify.deflate_level, initial=decoder.take_unconsumed())
-        await _expect_ok(stream, decoder, address, "deflate")
-    auth = await _authenticate(stream, decoder, address, config) if identify.auth_required else None
-    return stream, decoder, identify, auth
-
-
-async def _first_answer(stream: trio.abc.Stream, address: str) -> bytes:
-    """The first bytes the server sends. An HTTP server (nsqd's own HTTP port, say)
-    answers the magic with a status line, "HTTP/1.1 400 Bad Request", which read as a
-    frame would be a 1.2 GB one."""
-    data = await _receive(stream, address, "IDENTIFY")
-    if data.startswith(b"HTTP/"):
-        raise ConnectError(f"{address} is not an nsqd (it answered HTTP)")
-    return data
-
-
-async def _start_tls(
-    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, config: ClientConfig
-) -> trio.SSLStream[trio.abc.Stream]:
-    if decoder.take_unconsumed():
-        raise RemoteProtocolError(f"{address} sent data before the TLS handshake")
-    context = client_context(
-        config.tls_root_ca_file,
-        config.tls_cert,
-        config.tls_key,
-        config.tls_insecure_skip_verify,
-        config.tls_min_version,
-    )
-    host, _ = split_address(address)
-    tls_stream = trio.SSLStream(stream, context, server_hostname=host)
-    try:
-        await tls_stream.do_handshake()
-    except (trio.BrokenResourceError, ssl.SSLError) as error:
-        raise TlsError(
-            f"TLS handshake with {address} failed: {describe_tls_failure(error)}"
-        ) from error
-    return tls_stream
-
-
-async def _authenticate(
-    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, config: ClientConfig
-) -> AuthResponse:
-    if not config.auth_secret:
-        raise AuthError(f"{address} requires AUTH, but no auth secret was given")
-    await stream.send_all(commands.auth(config.auth_secret))
-    try:
-        return AuthResponse.parse(await _read_response(stream, decoder, address, "AUTH"))
-    except NsqErrorResponse as error:
-        raise AuthError(f"{address} denied AUTH: {error.code} {error.message}") from error
-
-
-async def _expect_ok(
-    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, step: str
-) -> None:
-    response = await _read_response(stream, decoder, address, step)
-    if response != b"OK":
-        raise RemoteProtocolError(f"{address} answered {step} set-up with {response[:80]!r}")
-
-
-async def _read_response(
-    stream: trio.abc.Stream, decoder: FrameDecoder, address: str, step: str
-) -> bytes:
-    """Read exactly one response frame, leaving any later bytes in the decoder."""
-    while True:
-        event = decoder.next_event()
-        if event is None:
-            decoder.receive_data(await _receive(stream, address, step))
-        elif isinstance(event, Heartbeat):
-            await stream.send_all(commands.NOP)
-        elif isinstance(event, ErrorFrame):
-            raise _refusal(address, event)
-        elif isinstance(event, Response):
-            return event.data
-        else:
-            raise RemoteProtocolError(f"{address} sent a message during {step}")
-
-
-async def _receive(stream: trio.abc.Stream, address: str, step: str) -> bytes:
-    """The next bytes of the set-up; the connection ending here is a ConnectError."""
-    try:
-        data = await stream.receive_some(RECEIVE_SIZE)
-    except trio.BrokenResourceError as error:
-        raise ConnectError(f"{address} broke the connection during {step}") from error
-    if not data:
-        raise ConnectError(f"{address} closed the connection during {step}")
-    return bytes(data)
-
-
-def _refusal(address: str, frame: ErrorFrame) -> NsqErrorResponse:
-    return NsqErrorResponse(address, frame.code, frame.message, youzan.explain(frame.code))
 
 
 def _tcp_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
