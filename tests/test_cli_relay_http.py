@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
-from nsqtools.testing.webserver import Answer, Received, WebServer
+from nsqtools.testing.webserver import Answer, ReceivedRequest, WebServer
 from tests.conftest import DURABLE, LocalNsq
 
 OURS = our_tool("nsq_to_http")
@@ -51,7 +51,7 @@ def relay_until_drained(argv: list[str], nsqd: Nsqd, channel: str, timeout: floa
     return tool.stderr
 
 
-def posted(requests: list[Received]) -> Counter[bytes]:
+def posted(requests: list[ReceivedRequest]) -> Counter[bytes]:
     return Counter(request.body for request in requests)
 
 
@@ -65,7 +65,7 @@ def test_posts_every_message_and_fins_it(nsqd: Nsqd, server: WebServer) -> None:
     assert "[summary]: 500 sent, 0 requeued after a failed request, 0 sampled out" in stderr
 
 
-def normalised(request: Received) -> bytes:
+def normalised(request: ReceivedRequest) -> bytes:
     return re.sub(rb"User-Agent: nsq_to_http v[^\r]*", b"User-Agent: -", request.raw)
 
 

@@ -16,7 +16,7 @@ from nsqtools.httpclient.pool import (
     KEPT_BODY_BYTES,
     ConnectionPool,
     HttpFailure,
-    Response,
+    HttpResponse,
     retry_after_seconds,
 )
 from nsqtools.httpclient.requests import GetTarget, PostTarget
@@ -38,7 +38,7 @@ def release() -> Iterator[threading.Event]:
     event.set()
 
 
-async def post(pool: ConnectionPool, server: WebServer, body: bytes = b"m") -> Response:
+async def post(pool: ConnectionPool, server: WebServer, body: bytes = b"m") -> HttpResponse:
     return await pool.send(PostTarget(f"{server.url}/in").request(body))
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from nsqtools.httpclient.requests import GetTarget, PostTarget, parse_headers
 from nsqtools.testing import Nsqd, find_binary
-from nsqtools.testing.webserver import Received, WebServer
+from nsqtools.testing.webserver import ReceivedRequest, WebServer
 
 BODY = "a b&c=d/é\x01~".encode()
 HEADERS = ["x-trace-id: 42", "Accept-Language: en"]
@@ -25,7 +25,7 @@ def server() -> Iterator[WebServer]:
         yield web
 
 
-def sent_by_go(nsqd: Nsqd, server: WebServer, options: Sequence[str]) -> Received:
+def sent_by_go(nsqd: Nsqd, server: WebServer, options: Sequence[str]) -> ReceivedRequest:
     """The request Go's nsq_to_http makes for one message, as the server got it."""
     nsqd.publish("http", BODY)
     command = [str(find_binary("nsq_to_http")), "--topic=http"]

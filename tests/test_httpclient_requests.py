@@ -16,7 +16,7 @@ from nsqtools.httpclient.requests import (
     USER_AGENT,
     GetTarget,
     HttpOptionError,
-    Origin,
+    HttpOrigin,
     PostTarget,
     canonical_header_key,
     check_get_template,
@@ -60,7 +60,7 @@ def test_a_get_needs_exactly_one_percent_s(template: str) -> None:
 def test_get_puts_the_escaped_body_in_the_path_or_the_query() -> None:
     target = GetTarget("http://127.0.0.1:8080/in/%s/x?topic=t#fragment")
     request = target.request(b"a b")
-    assert request.origin == Origin("http", "127.0.0.1", 8080)
+    assert request.origin == HttpOrigin("http", "127.0.0.1", 8080)
     assert request.data == (
         b"GET /in/a+b/x?topic=t HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n"
         + f"User-Agent: {USER_AGENT}\r\n".encode()
@@ -86,7 +86,7 @@ def test_a_get_template_with_the_body_elsewhere_is_refused(template: str, reason
 
 def test_post_sends_the_body_with_its_length_and_content_type() -> None:
     request = PostTarget("https://example.com/in", content_type="text/plain").request(b"hi")
-    assert request.origin == Origin("https", "example.com", 443)
+    assert request.origin == HttpOrigin("https", "example.com", 443)
     assert request.method == "POST"
     assert request.data == (
         b"POST /in HTTP/1.1\r\nHost: example.com\r\n"
@@ -147,14 +147,14 @@ def test_bad_headers_are_refused_in_one_line(text: str, problem: str) -> None:
 @pytest.mark.parametrize(
     ("url", "origin", "host_header", "request_uri"),
     [
-        ("http://h", Origin("http", "h", 80), "h", "/"),
-        ("HTTP://h:/p", Origin("http", "h", 80), "h:", "/p"),
-        ("https://[::1]:8443?x=1", Origin("https", "::1", 8443), "[::1]:8443", "/?x=1"),
-        ("http://h/a%2Fb;c=d@e?q=é", Origin("http", "h", 80), "h", "/a%2Fb;c=d@e?q=é"),
+        ("http://h", HttpOrigin("http", "h", 80), "h", "/"),
+        ("HTTP://h:/p", HttpOrigin("http", "h", 80), "h:", "/p"),
+        ("https://[::1]:8443?x=1", HttpOrigin("https", "::1", 8443), "[::1]:8443", "/?x=1"),
+        ("http://h/a%2Fb;c=d@e?q=é", HttpOrigin("http", "h", 80), "h", "/a%2Fb;c=d@e?q=é"),
     ],
 )
 def test_urls_split_as_go_sends_them(
-    url: str, origin: Origin, host_header: str, request_uri: str
+    url: str, origin: HttpOrigin, host_header: str, request_uri: str
 ) -> None:
     parsed = parse_url(url)
     assert (parsed.origin, parsed.host_header, parsed.request_uri) == (

@@ -44,10 +44,10 @@ import trio
 from nsqtools.durations import format_duration
 from nsqtools.errors import NsqError, describe_connect_failure
 from nsqtools.httpclient.answers import SimpleHead, simple_head
-from nsqtools.httpclient.requests import Origin, Request
+from nsqtools.httpclient.requests import HttpOrigin, Request
 
 _RECEIVE_SIZE = 65536
-# The start of an answer's body kept in Response.body: enough to quote in a log line.
+# The start of an answer's body kept in HttpResponse.body: enough to quote in a log line.
 KEPT_BODY_BYTES = 65536
 _END = h11.EndOfMessage()
 # What h11 is told was sent, by method: the real head and body are sent as given.
@@ -65,7 +65,7 @@ class HttpFailure(NsqError):
         self.reason = reason
 
 
-class Response(NamedTuple):
+class HttpResponse(NamedTuple):
     """An answer, read to its end."""
 
     status: int
@@ -81,7 +81,7 @@ class Response(NamedTuple):
         return None
 
 
-def origin_url(origin: Origin) -> str:
+def origin_url(origin: HttpOrigin) -> str:
     host = f"[{origin.host}]" if ":" in origin.host else origin.host
     return f"{origin.scheme}://{host}:{origin.port}"
 
@@ -126,7 +126,7 @@ class Connection:
         # nothing came after the answer.
         self.clean_end = False
 
-    async def exchange(self, request: Request) -> Response:
+    async def exchange(self, request: Request) -> HttpResponse:
         """Send the request and read the whole answer."""
         self.answer_started = False
         self.clean_end = False
@@ -140,7 +140,7 @@ class Connection:
             return await self._read_with_h11(request, [first])
         return await self._read_plain(request, head, first)
 
-    async def _read_plain(self, request: Request, head: SimpleHead, first: bytes) -> Response:
+    async def _read_plain(self, request: Request, head: SimpleHead, first: bytes) -> HttpResponse:
         """The rest of a plain answer: up to its Content-Length's end."""
         received = [first]
         end = head.size + head.content_length
@@ -154,9 +154,9 @@ class Connection:
             length += len(data)
         # Bytes after the answer (length > end) are no answer to anything we sent.
         self.clean_end = head.keep_alive and length == end
-        return Response(head.status, head.headers, b"".join(received)[head.size : end])
+        return HttpResponse(head.status, head.headers, b"".join(received)[head.size : end])
 
-    async def _read_with_h11(self, request: Request, received: list[bytes]) -> Response:
+    async def _read_with_h11(self, request: Request, received: list[bytes]) -> HttpResponse:
         """The answer read by h11 from what `received` holds (an empty last part: the
         connection ended) and from the stream."""
         answer = h11.Connection(h11.CLIENT)
@@ -171,7 +171,7 @@ class Connection:
             and answer.their_state is h11.DONE
             and not answer.trailing_data[0]
         )
-        return Response(status, headers, body)
+        return HttpResponse(status, headers, body)
 
     async def _head(self, answer: h11.Connection) -> tuple[int, list[tuple[bytes, bytes]]]:
         while True:
@@ -242,12 +242,12 @@ class ConnectionPool(trio.abc.AsyncResource):
         self._request_timeout = request_timeout
         self._tls_handshake_timeout = tls_handshake_timeout
         self._ssl_context = ssl_context
-        self._origins: defaultdict[Origin, _OriginConnections] = defaultdict(
+        self._origins: defaultdict[HttpOrigin, _OriginConnections] = defaultdict(
             lambda: _OriginConnections(max_connections_per_origin)
         )
         self._closed = False
 
-    async def send(self, request: Request) -> Response:
+    async def send(self, request: Request) -> HttpResponse:
         """The whole answer to `request`, or HttpFailure."""
         # A plain CancelScope, not trio.fail_after: this is the hot path, and a scope
         # costs less than the context manager around it.
@@ -261,7 +261,7 @@ class ConnectionPool(trio.abc.AsyncResource):
         after = format_duration(self._request_timeout)
         raise HttpFailure(request, f"no complete answer within {after}")
 
-    async def _send_on(self, origin: _OriginConnections, request: Request) -> Response:
+    async def _send_on(self, origin: _OriginConnections, request: Request) -> HttpResponse:
         connection = origin.idle.pop() if origin.idle else await self._open(request)
         try:
             response = await self._exchange(connection, request)
@@ -274,7 +274,7 @@ class ConnectionPool(trio.abc.AsyncResource):
             await connection.stream.aclose()
         return response
 
-    async def _exchange(self, connection: Connection, request: Request) -> Response:
+    async def _exchange(self, connection: Connection, request: Request) -> HttpResponse:
         """The answer; else the connection is closed and HttpFailure (or _Stale) raised."""
         try:
             return await connection.exchange(request)

@@ -68,7 +68,7 @@ class HttpOptionError(ValueError):
         self.reason = reason or message
 
 
-class Origin(NamedTuple):
+class HttpOrigin(NamedTuple):
     """Where a request goes: connections are pooled per origin."""
 
     scheme: str  # "http" or "https"
@@ -79,7 +79,7 @@ class Origin(NamedTuple):
 class Request(NamedTuple):
     """One request as it goes on the wire."""
 
-    origin: Origin
+    origin: HttpOrigin
     method: str  # how the answer is framed depends on it (h11 needs it)
     data: bytes  # head and body, exactly as written
     closes: bool  # the request says `Connection: close`: the connection is not reused
@@ -88,7 +88,7 @@ class Request(NamedTuple):
 class Url(NamedTuple):
     """An address split as Go's net/http uses it."""
 
-    origin: Origin
+    origin: HttpOrigin
     host_header: str  # what Go writes in Host: the URL's host[:port] as given
     request_uri: str  # path (at least "/") and ?query, as written on the request line
     userinfo: str  # "user:password" (still %-escaped) or ""
@@ -151,7 +151,7 @@ def parse_url(address: str) -> Url:
     return Url(origin, host_port, (path or "/") + question + query, userinfo)
 
 
-def _origin(address: str, scheme: str, host_port: str) -> Origin:
+def _origin(address: str, scheme: str, host_port: str) -> HttpOrigin:
     if host_port.startswith("["):
         host, bracket, port_text = host_port[1:].partition("]")
         if not bracket or (port_text and not port_text.startswith(":")):
@@ -167,7 +167,7 @@ def _origin(address: str, scheme: str, host_port: str) -> Origin:
         raise _bad_url(address, f"invalid port {port_text!r}")
     if not host.isascii():
         raise _bad_url(address, "the host name must be ASCII (use its xn-- form)")
-    return Origin(scheme, host, int(port_text) if port_text else _DEFAULT_PORTS[scheme])
+    return HttpOrigin(scheme, host, int(port_text) if port_text else _DEFAULT_PORTS[scheme])
 
 
 def _bad_url(address: str, reason: str) -> HttpOptionError:

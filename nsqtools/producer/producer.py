@@ -12,8 +12,8 @@ Dispatcher (dispatch.py); every outcome is counted in the OutcomeLedger (outcome
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from types import MappingProxyType, TracebackType
+from contextlib import asynccontextmanager
+from types import MappingProxyType
 from typing import Any, Self, TypedDict, Unpack
 
 import trio
@@ -122,7 +122,6 @@ class Producer:
             partitions=partitions,
         )
         self._nursery: trio.Nursery | None = None
-        self._lifetime: AbstractAsyncContextManager[Self] | None = None
         # put, not yet batched, by topic, delay (None: publish now, in MPUBs) and the
         # fork's partition and tracing; with the tokens of those bodies when any were given
         self._queues = PutQueues()
@@ -183,22 +182,6 @@ class Producer:
                     finally:
                         self._nursery = None
                         nursery.cancel_scope.cancel()
-
-    # `async with producer:` runs a Producer made beforehand, as open_producer() runs the
-    # one it makes: runtime/publishing.py and runtime/deadletters.py still do (to go, once
-    # they use open_producer).
-    async def __aenter__(self) -> Self:
-        self._lifetime = self._running()
-        return await self._lifetime.__aenter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        assert self._lifetime is not None  # entered
-        return await self._lifetime.__aexit__(exc_type, exc, traceback)
 
     def _require_open(self) -> trio.Nursery:
         if self._nursery is None:

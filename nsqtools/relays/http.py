@@ -35,7 +35,7 @@ from typing import Self
 import trio
 
 from nsqtools.hostpolicy import make_policy
-from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, Response, retry_after_seconds
+from nsqtools.httpclient.pool import ConnectionPool, HttpFailure, HttpResponse, retry_after_seconds
 from nsqtools.httpclient.redirects import MAX_REDIRECTS, redirection
 from nsqtools.httpclient.requests import GetTarget, PostTarget, UrlGet
 from nsqtools.protocol.frames import Message
@@ -328,7 +328,7 @@ class HttpRelay:
             self._all_answered.set()
 
 
-def _accepted(target: Target | UrlGet, response: Response) -> bool:
+def _accepted(target: Target | UrlGet, response: HttpResponse) -> bool:
     """Go's rule: a GET succeeds on 200 only, a POST on any 2xx."""
     if isinstance(target, PostTarget):
         return 200 <= response.status < 300

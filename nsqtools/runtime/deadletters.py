@@ -38,7 +38,7 @@ from nsqtools.config import ClientConfig
 from nsqtools.consumer import ReceivedBatch
 from nsqtools.durable import fsync_directory
 from nsqtools.errors import NsqError, describe_file_error
-from nsqtools.producer import Producer
+from nsqtools.producer import Producer, open_producer
 from nsqtools.protocol import Message
 from nsqtools.runtime.sinks import SinkFailed
 
@@ -214,7 +214,9 @@ class DeadLetters:
             for address, bodies in by_nsqd.items():
                 producer = self._producers.get(address)
                 if producer is None:
-                    producer = await producers.enter_async_context(Producer([address], self.config))
+                    producer = await producers.enter_async_context(
+                        open_producer([address], self.config)
+                    )
                     self._producers[address] = producer
                 await producer.publish_many(self.settings.topic, bodies)
 

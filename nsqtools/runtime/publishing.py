@@ -30,7 +30,7 @@ import trio
 
 from nsqtools import flow
 from nsqtools.partitions import Partitions
-from nsqtools.producer import PUT_MANY_CHUNK, Producer
+from nsqtools.producer import PUT_MANY_CHUNK, Producer, open_producer
 from nsqtools.records import RecordKey, RecordKeyError, split_records
 from nsqtools.runtime.progress import measure_rate
 from nsqtools.runtime.signals import watch_signals
@@ -124,16 +124,17 @@ class RecordPublisher:
             if lookupds:
                 self.partitions = await stack.enter_async_context(Partitions(lookupds, config))
                 await self.partitions.refresh(self.topic)
-            producer = Producer(
-                addresses,
-                config,
-                mode="all",
-                reconnect_timeout=self.settings.reconnect_timeout,
-                on_outcome=on_outcome,
-                partitions=self.partitions,
+            producer = await stack.enter_async_context(
+                open_producer(
+                    addresses,
+                    config,
+                    mode="all",
+                    reconnect_timeout=self.settings.reconnect_timeout,
+                    on_outcome=on_outcome,
+                    partitions=self.partitions,
+                )
             )
             self.producer = producer
-            await stack.enter_async_context(producer)
             await self._publish_all(sources, producer)
         if self.failed_file is not None:
             self.failed_file.close()

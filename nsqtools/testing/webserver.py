@@ -2,7 +2,7 @@
 of every tool that sends HTTP requests (nsq_to_http and its client).
 
 Raw sockets, one thread per connection, so that it can do what a well-behaved server
-never does: each request is recorded byte for byte (Received: the head and the body as
+never does: each request is recorded byte for byte (ReceivedRequest: the head and the body as
 they arrived, and which connection carried it), then answered as the next scripted
 Answer says (in order of arrival; when none is left, `default`, which may be changed
 at any time; the requests answered 2xx are kept apart in `accepted`): any status and
@@ -74,7 +74,7 @@ class Answer:
 
 
 @dataclass(frozen=True)
-class Received:
+class ReceivedRequest:
     """One request as it arrived."""
 
     head: bytes  # request line and headers, up to and including the empty line
@@ -102,8 +102,8 @@ class Received:
 class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     answers: list[Answer] = field(default_factory=list)
-    received: list[Received] = field(default_factory=list)
-    accepted: list[Received] = field(default_factory=list)  # answered with a 2xx status
+    received: list[ReceivedRequest] = field(default_factory=list)
+    accepted: list[ReceivedRequest] = field(default_factory=list)  # answered with a 2xx status
     sockets: list[socket.socket] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -125,12 +125,12 @@ class WebServer(StartsAndStops):
         return f"{'https' if self._tls else 'http'}://{self.address}"
 
     @property
-    def received(self) -> list[Received]:
+    def received(self) -> list[ReceivedRequest]:
         with self._state.lock:
             return list(self._state.received)
 
     @property
-    def accepted(self) -> list[Received]:
+    def accepted(self) -> list[ReceivedRequest]:
         """The requests answered with a 2xx status, so far."""
         with self._state.lock:
             return list(self._state.accepted)
@@ -146,7 +146,7 @@ class WebServer(StartsAndStops):
         with self._state.lock:
             self._state.answers.extend(answers)
 
-    def wait_for_requests(self, count: int, timeout: float = _WAIT) -> list[Received]:
+    def wait_for_requests(self, count: int, timeout: float = _WAIT) -> list[ReceivedRequest]:
         wait_until(lambda: len(self.received) >= count, timeout, f"{count} requests")
         return self.received
 
@@ -203,7 +203,7 @@ class WebServer(StartsAndStops):
         finally:
             _close(connection)
 
-    def _record(self, request: Received) -> Answer:
+    def _record(self, request: ReceivedRequest) -> Answer:
         with self._state.lock:
             self._state.received.append(request)
             answer = self._state.answers.pop(0) if self._state.answers else self.default
@@ -229,7 +229,7 @@ class WebServer(StartsAndStops):
 
 def _read_request(
     connection: socket.socket, buffer: bytes, number: int
-) -> tuple[Received | None, bytes]:
+) -> tuple[ReceivedRequest | None, bytes]:
     """The next request (Content-Length bodies only: what the clients send), or None at
     end of stream."""
     while _HEAD_END not in buffer:
@@ -239,13 +239,13 @@ def _read_request(
         buffer += chunk
     head, _, buffer = buffer.partition(_HEAD_END)
     head += _HEAD_END
-    length = int(Received(head, b"", number).header("Content-Length") or 0)
+    length = int(ReceivedRequest(head, b"", number).header("Content-Length") or 0)
     while len(buffer) < length:
         chunk = connection.recv(65536)
         if not chunk:
             return None, buffer
         buffer += chunk
-    return Received(head, buffer[:length], number), buffer[length:]
+    return ReceivedRequest(head, buffer[:length], number), buffer[length:]
 
 
 def _send_filler(connection: socket.socket, size: int) -> None:

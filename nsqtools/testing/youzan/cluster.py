@@ -16,8 +16,8 @@ from typing import Literal
 
 from nsqtools.testing.lifetime import StartsAndStops
 from nsqtools.testing.youzan.lookupd import Lookupd
-from nsqtools.testing.youzan.nsqd import NsqdNode
-from nsqtools.testing.youzan.session import Session
+from nsqtools.testing.youzan.nsqd import ForkNsqd
+from nsqtools.testing.youzan.session import ForkSession
 from nsqtools.testing.youzan.state import Draft, ForkTopic, Store, StoredMessage
 
 # How often the HTTP servers' loops poll: shutdown() waits for the next one.
@@ -33,7 +33,7 @@ class YouzanCluster(StartsAndStops):
         self._store = Store(nsqd_count)
         for topic in topics:
             self._store.add_topic(topic)
-        self._nsqds = [NsqdNode(index) for index in range(nsqd_count)]
+        self._nsqds = [ForkNsqd(index) for index in range(nsqd_count)]
         self._lookupd = Lookupd(self._store, self._nsqds)
         self.lookupd_http_address = self._lookupd.http_address
         self.nsqd_tcp_addresses = [nsqd.tcp_address for nsqd in self._nsqds]
@@ -92,13 +92,13 @@ class YouzanCluster(StartsAndStops):
             self._threads.append(thread)
         thread.start()
 
-    def _accept(self, nsqd: NsqdNode) -> None:
+    def _accept(self, nsqd: ForkNsqd) -> None:
         while True:
             try:
                 sock, _ = nsqd.listener.accept()
             except OSError:  # the listener was closed: the cluster stops
                 return
-            session = Session(self._store, nsqd.index, sock)
+            session = ForkSession(self._store, nsqd.index, sock)
             with self._store.lock:
                 self._store.sessions.add(session)
             if self._stopped:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nsqtools.testing.youzan.httpapi import PLAIN_OK, HttpError, http_server, port_of
-from nsqtools.testing.youzan.nsqd import NsqdNode
+from nsqtools.testing.youzan.nsqd import ForkNsqd
 from nsqtools.testing.youzan.state import ForkTopic, Partition, Store, Topic
 from nsqtools.testing.youzan.wire import VERSION
 
@@ -17,7 +17,7 @@ from nsqtools.testing.youzan.wire import VERSION
 class Lookupd:
     """The lookupd's HTTP server over the cluster's state and nsqds (replica 1)."""
 
-    def __init__(self, store: Store, nsqds: list[NsqdNode]) -> None:
+    def __init__(self, store: Store, nsqds: list[ForkNsqd]) -> None:
         self.store = store
         self.nsqds = nsqds
         self.http = http_server(self._route)

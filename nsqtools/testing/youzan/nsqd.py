@@ -11,7 +11,7 @@ from nsqtools.testing.youzan.httpapi import PLAIN_OK, HttpError, http_server, po
 from nsqtools.testing.youzan.wire import HOSTNAME, VERSION
 
 
-class NsqdNode:
+class ForkNsqd:
     """One nsqd: its TCP listener and its HTTP API (/ping and /info only: the page's
     /pub, /pubtrace, /pub_ext and /channel/create are not served)."""
 

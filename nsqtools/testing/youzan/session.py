@@ -61,7 +61,7 @@ MAX_WAIT_SECONDS = 1.0
 _INIT, _SUBSCRIBED, _CLOSING = "init", "subscribed", "closing"
 
 
-class Session:
+class ForkSession:
     """A client's connection: a reader thread runs its commands, a delivery thread sends
     its messages and heartbeats. Socket writes are serialised by write_lock."""
 

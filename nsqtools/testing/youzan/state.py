@@ -23,7 +23,7 @@ from nsqtools.testing.youzan.wire import (
 )
 
 if TYPE_CHECKING:
-    from nsqtools.testing.youzan.session import Session
+    from nsqtools.testing.youzan.session import ForkSession
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class _Waiting:
 @dataclass
 class InFlight:
     message: StoredMessage
-    session: Session
+    session: ForkSession
     deadline: float
 
 
@@ -103,7 +103,7 @@ class Channel:
         self.waiting: list[_Waiting] = []  # in offset order
         self.in_flight: dict[bytes, InFlight] = {}
         self.attempts: dict[bytes, int] = {}
-        self.sessions: list[Session] = []
+        self.sessions: list[ForkSession] = []
         self.ordered = False
 
     def seek(self, start: int) -> None:
@@ -111,7 +111,7 @@ class Channel:
         self.waiting = []
         self.cursor = start
 
-    def take(self, session: Session, now: float) -> tuple[StoredMessage, int] | None:
+    def take(self, session: ForkSession, now: float) -> tuple[StoredMessage, int] | None:
         """The next message for `session` and its attempts, now in flight; or None."""
         self._pull()
         candidates = [w for w in self.waiting if session.wants(w.message)]
@@ -136,7 +136,7 @@ class Channel:
         session.in_flight += 1
         return message, attempts
 
-    def settle(self, session: Session, message_id: bytes) -> InFlight | None:
+    def settle(self, session: ForkSession, message_id: bytes) -> InFlight | None:
         """Take a message `session` has in flight out of flight (FIN, REQ)."""
         entry = self.in_flight.get(message_id)
         if entry is None or entry.session is not session:
@@ -158,7 +158,7 @@ class Channel:
             self.requeue(entry.message, now)
         return bool(expired)
 
-    def drop_session(self, session: Session, now: float) -> None:
+    def drop_session(self, session: ForkSession, now: float) -> None:
         """A consumer went away: what it had in flight is sent again at once. (The page is
         silent; sooner than waiting for msg_timeout, and tests need no long timeout.)"""
         with contextlib.suppress(ValueError):
@@ -237,7 +237,7 @@ class Store:
         self.topics: dict[str, Topic] = {}
         self.finished: dict[tuple[str, str], list[bytes]] = {}
         self.commands: list[tuple[int, bytes]] = []
-        self.sessions: set[Session] = set()
+        self.sessions: set[ForkSession] = set()
 
     def add_topic(self, config: ForkTopic) -> None:
         if config.name in self.topics:
