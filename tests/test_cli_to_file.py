@@ -191,6 +191,23 @@ def test_json_lines_carry_the_envelope_of_nsq_tail(nsqd: Nsqd, tmp_path: Path) -
     assert decoded == published
 
 
+def test_with_topics_given_it_imports_neither_httpx_nor_rich(nsqd: Nsqd, tmp_path: Path) -> None:
+    """httpx (which imports rich) is for finding topics through nsqlookupd: ~120 ms of
+    start-up and ~10 MiB that a run with --topic never needs."""
+    nsqd.publish(TOPIC, b"one")
+    python, *code = OURS
+    common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
+    argv = [python, "-X", "importtime", *code, *common, f"--output-dir={tmp_path}", *NAMING]
+    with running(argv) as tool:
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 1), 20, "the message FIN'd")
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in tool.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert imported.isdisjoint({"httpx", "httpcore", "rich"})
+
+
 def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path: Path) -> None:
     out = tmp_path / "out"
     nsqd = cluster.nsqd

@@ -26,12 +26,11 @@ from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
 from nsqtools.runtime.deadletters import GivenUp
 from nsqtools.runtime.progress import measure_rate
 from nsqtools.runtime.sinks import SinkFailed
-from nsqtools.runtime.topics import LookupdTopics
 
 if TYPE_CHECKING:
     from nsqtools.config import ClientConfig
     from nsqtools.runtime.deadletters import DeadLetterSettings
-    from nsqtools.runtime.topics import TopicPattern
+    from nsqtools.runtime.topics import LookupdTopics, TopicPattern
 
 STATUS_INTERVAL = 1.0
 
@@ -125,6 +124,10 @@ def _topic_finder(settings: ArchiveRunSettings) -> LookupdTopics | None:
         except BadName as error:
             return str(error)
         return None
+
+    # Imported only here: it imports httpx (and httpx, rich), ~120 ms and ~10 MiB that a
+    # run with --topic never needs.
+    from nsqtools.runtime.topics import LookupdTopics
 
     connect_timeout, request_timeout = settings.http_timeouts
     return LookupdTopics(
