@@ -6,9 +6,11 @@ out of the package) on this checkout.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +30,13 @@ def test_the_layer_contracts_are_kept() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_two_public_classes_share_a_name() -> None:
+    where: defaultdict[str, list[str]] = defaultdict(list)
+    for path in sorted((ROOT / "nsqtools").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where[node.name].append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert shared == {}
