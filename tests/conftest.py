@@ -22,13 +22,6 @@ from nsqtools.testing.authd import AuthService
 AUTH_SECRETS = {"s3cret": "alice"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked slow first, so that in a parallel run (scripts/test --all) the
-    longest start early and the short ones fill the workers' time around them, rather
-    than one long test starting last and running alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 class LocalNsq:
     """Starts NSQ processes under one folder and stops all of them at teardown."""
 
