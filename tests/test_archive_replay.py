@@ -181,9 +181,13 @@ def test_a_bad_condition_or_topic_is_one_line(
     assert line.startswith("nsq archive: error: ") and "bad topic!" in line, line
 
 
-def test_a_stop_signal_cancels_the_job_and_says_so(nsqd: Nsqd, tmp_path: Path) -> None:
-    """SIGTERM while replay publishes (a whole program, its own Spark): the job is
-    cancelled, exit 1 with one line (part may have gone out), no traceback, at once."""
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_cancels_the_job_and_says_so(
+    nsqd: Nsqd, tmp_path: Path, signame: str
+) -> None:
+    """A stop signal while replay publishes (a whole program, its own Spark): the job is
+    cancelled, exit 1 with one line (part may have gone out), no traceback, at once.
+    SIGINT too, though PySpark's SparkContext installs a handler of its own for it."""
     import signal
     import subprocess
 
@@ -199,7 +203,7 @@ def test_a_stop_signal_cancels_the_job_and_says_so(nsqd: Nsqd, tmp_path: Path) -
             return bool(topics) and topics[0].message_count > 0
 
         wait_until(publishing, 120, "replay to publish")
-        tool.send_signal(signal.SIGTERM)
+        tool.send_signal(signal.Signals[signame])
         _, stderr = tool.communicate(timeout=60)
     assert tool.returncode == 1, stderr
     assert stderr.decode().strip().endswith("stopped by a signal before the job's end")

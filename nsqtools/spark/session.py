@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -86,11 +87,25 @@ def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkS
         builder = builder.config(key, value)
     if not settings.verbose:
         builder = builder.config("spark.log.level", "ERROR")
-    with _stderr_to(None if settings.verbose else log_file):
+    with _stderr_to(None if settings.verbose else log_file), _sigint_kept():
         session = builder.getOrCreate()
     if launching:
         classdata.record_jvm(_jvm_pid(session))
     return session, False
+
+
+@contextlib.contextmanager
+def _sigint_kept() -> Iterator[None]:
+    """Keep the program's SIGINT handler over a SparkContext's start: PySpark installs
+    its own, which raises KeyboardInterrupt (an exit 130 without a word, where the
+    program's first stop cancels the job and says so, exit 1)."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        # PySpark changes it only in the main thread (None: not set from Python).
+        if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
+            signal.signal(signal.SIGINT, handler)
 
 
 def _quiet_python_loggers() -> None:
