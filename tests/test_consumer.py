@@ -376,8 +376,12 @@ async def test_a_list_as_long_as_the_batch_answers_only_the_messages_in_it(
     def client() -> ClientStats:
         return channel(nsqd).clients[0]
 
+    # One batch is what one read gives. nsqd flushes as it runs out of RDY (m0 and m1
+    # in one write), or at its output buffer timeout, which at the default 250 ms could
+    # fall between the two on a busy machine; this one falls after the test's end.
+    config = make_config(max_in_flight=2, output_buffer_timeout=20.0)
     async with open_consumer(
-        TOPIC, CHANNEL, make_config(max_in_flight=2), ConsumerOptions(nsqd_tcp_addresses=address)
+        TOPIC, CHANNEL, config, ConsumerOptions(nsqd_tcp_addresses=address)
     ) as consumer:
         batches = aiter(consumer)
         nsqd.publish(TOPIC, b"warm-up")
