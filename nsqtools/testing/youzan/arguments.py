@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nsqtools.testing.youzan.state import Draft, StoredMessage
-from nsqtools.testing.youzan.wire import OK, TAG_KEY, TRACE_ID_KEY, Refusal, invalid, trace_answer
+from nsqtools.testing.youzan.wire import OK, TAG_KEY, TRACE_ID_KEY, Refusal, trace_answer
 
 TOPIC_NAME = re.compile(r"^[.a-zA-Z0-9_-]{1,64}$")
 CHANNEL_NAME = re.compile(r"^[.a-zA-Z0-9_-]{1,64}(#ephemeral)?$")
@@ -132,25 +132,53 @@ def check_name(command: str, kind: str, name: str, pattern: re.Pattern[str]) -> 
         raise Refusal(code, f'{command} {kind} name "{name}" is not valid')
 
 
-# A start position of SUB_ADVANCED: the index of the first message to send.
+# Start positions, as SUB_ADVANCED's 5th parameter and /channel/setoffset's body carry
+# them: the fork's ConsumeOffset.FromBytes reads them, its SetChannelOffset applies them.
+
+POSITION_KINDS = ("timestamp", "special", "virtual_queue", "msgcount")
+_GO_INT = re.compile(rb"[+-]?[0-9]+")
 
 
-def start_index(messages: list[StoredMessage], position: bytes) -> int:
-    kind, _, value = position.decode(errors="replace").partition(":")
-    try:
-        number = int(value)
-    except ValueError:
-        raise invalid(f"SUB_ADVANCED invalid start position {position!r}") from None
-    if kind == "special" and number == -1:
-        return len(messages)  # the end: only what is stored after the SUB
+class PositionError(Exception):
+    """A start position that cannot be read or applied, in the fork's words."""
+
+
+def read_position(text: bytes) -> tuple[str, int]:
+    """`<kind>:<value>`: two parts, a kind the fork knows, a base-10 int64."""
+    shown = text.decode(errors="replace")
+    parts = text.split(b":")
+    if len(parts) != 2 or parts[0].decode(errors="replace") not in POSITION_KINDS:
+        raise PositionError(f"invalid consume offset:{shown}")
+    return parts[0].decode(), _go_int64(parts[1])
+
+
+def _go_int64(value: bytes) -> int:
+    """strconv.ParseInt(value, 10, 0), with Go's error texts."""
+    shown = value.decode(errors="replace")
+    if not _GO_INT.fullmatch(value):
+        raise PositionError(f'strconv.ParseInt: parsing "{shown}": invalid syntax')
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise PositionError(f'strconv.ParseInt: parsing "{shown}": value out of range')
+    return number
+
+
+def start_index(messages: list[StoredMessage], kind: str, value: int) -> int:
+    """The index of the first message to send from a position read by read_position."""
+    if kind == "special":
+        if value != -1:
+            raise PositionError("not supported offset type")
+        return len(messages)  # the end: only what is stored after
     if kind == "timestamp":
-        return _first(messages, lambda m: m.timestamp >= number * 1_000_000_000)
+        return _first(messages, lambda m: m.timestamp >= value * 1_000_000_000)
     if kind == "virtual_queue":
-        return _first(messages, lambda m: m.offset >= number)
-    if kind == "msgcount":
-        # The page gives no detail: skip the first <n> messages of the partition.
-        return min(max(number, 0), len(messages))
-    raise invalid(f"SUB_ADVANCED invalid start position {position!r}")
+        return _first(messages, lambda m: m.offset >= value)
+    # msgcount is 1-based: 0 and 1 both start at the first message, past the end is the
+    # end; on an empty partition the fork's commit log search fails (spec, "Observed on
+    # a running fork").
+    if not messages:
+        raise PositionError("commit log end of file")
+    return min(max(value - 1, 0), len(messages))
 
 
 def _first(messages: list[StoredMessage], wanted: Callable[[StoredMessage], bool]) -> int:

@@ -1,6 +1,6 @@
 """HTTP as the fork's daemons serve it, for the lookupd's API and each nsqd's: a threaded
 server on loopback whose routes answer data, and the 0.3.x envelope around it or, for a
-client that asked for v1, the data bare.
+client that asked for v1, the data bare. Routes get the path, the query and the body.
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ def _json(document: Any) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
 
 
-def _enveloped(
-    route: Callable[[str, dict[str, str]], Any], path: str, query: dict[str, str], v1: bool
-) -> HttpReply:
+Route = Callable[[str, dict[str, str], bytes], Any]
+
+
+def _enveloped(route: Route, path: str, query: dict[str, str], body: bytes, v1: bool) -> HttpReply:
     """0.3.x's envelope unless the client asked for v1: {"status_code","status_txt","data"},
     and every error as HTTP 500 with its text in status_txt; v1 sends the data bare and an
     error with its own status as {"message": ...}."""
     try:
-        data = route(path, query)
+        data = route(path, query, body)
     except HttpError as error:
         if v1:
             return HttpReply(error.status, _json({"message": error.message}), _V1_HEADERS)
@@ -62,13 +63,15 @@ _V1_HEADERS = (
 PLAIN_OK = HttpReply(200, b"OK", (("Content-Type", "text/plain; charset=utf-8"),))
 
 
-def http_server(route: Callable[[str, dict[str, str]], Any]) -> ThreadingHTTPServer:
+def http_server(route: Route) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             query = {key: values[0] for key, values in parse_qs(url.query).items()}
             v1 = self.headers.get("Accept") == V1_ACCEPT
-            reply = _enveloped(route, url.path, query, v1)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length > 0 else b""
+            reply = _enveloped(route, url.path, query, body, v1)
             self.send_response(reply.status)
             for key, value in reply.headers:
                 self.send_header(key, value)

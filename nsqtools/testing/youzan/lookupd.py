@@ -23,7 +23,7 @@ class Lookupd:
         self.http = http_server(self._route)
         self.http_address = f"127.0.0.1:{port_of(self.http)}"
 
-    def _route(self, path: str, query: dict[str, str]) -> Any:
+    def _route(self, path: str, query: dict[str, str], body: bytes) -> Any:
         routes: dict[str, Callable[[dict[str, str]], Any]] = {
             "/lookup": self._lookup,
             "/listlookup": lambda _: self._listlookup(),

@@ -1,5 +1,6 @@
 """One nsqd of the fork: its TCP listener (the cluster accepts its connections), its
-minimal HTTP API, and the peer record lookups give for it.
+minimal HTTP API (/ping, /info, and the channel routes of channelapi.py), and the peer
+record lookups give for it.
 """
 
 from __future__ import annotations
@@ -7,16 +8,19 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from nsqtools.testing.youzan.channelapi import CHANNEL_PATHS, channel_route
 from nsqtools.testing.youzan.httpapi import PLAIN_OK, HttpError, http_server, port_of
+from nsqtools.testing.youzan.state import Store
 from nsqtools.testing.youzan.wire import HOSTNAME, VERSION
 
 
 class ForkNsqd:
-    """One nsqd: its TCP listener and its HTTP API (/ping and /info only: the page's
-    /pub, /pubtrace, /pub_ext and /channel/create are not served)."""
+    """One nsqd: its TCP listener and its HTTP API (/ping, /info, /channel/create and
+    /channel/setoffset: the page's /pub, /pubtrace and /pub_ext are not served)."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, store: Store) -> None:
         self.index = index
+        self.store = store
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.http = http_server(self._route)
         self.tcp_port = port_of(self.listener)
@@ -44,7 +48,9 @@ class ForkNsqd:
             "distributed_id": f"127.0.0.1:{rpc_port}:{self.tcp_port}:{self.index + 1}",
         }
 
-    def _route(self, path: str, query: dict[str, str]) -> Any:
+    def _route(self, path: str, query: dict[str, str], body: bytes) -> Any:
+        if path in CHANNEL_PATHS:
+            return channel_route(self.store, self.index, path, query, body)
         if path == "/ping":
             return PLAIN_OK
         if path == "/info":

@@ -19,11 +19,13 @@ from typing import Any, BinaryIO
 from nsqtools.testing.youzan.arguments import (
     CHANNEL_NAME,
     TOPIC_NAME,
+    PositionError,
     check_name,
     int_field,
     partition_param,
     publish_answer,
     read_drafts,
+    read_position,
     start_index,
 )
 from nsqtools.testing.youzan.reader import Closed, read_command, read_exactly
@@ -87,6 +89,7 @@ class ForkSession:
         self.detail = False  # offset and raw size in MESSAGE frames
         self.rdy = 0
         self.in_flight = 0
+        self.copy: bytes | None = None  # a MESSAGE frame to send again at once (Channel.order)
 
     def wants(self, message: StoredMessage) -> bool:
         # "A consumer with desired_tag gets only messages with that tag"; the page is
@@ -233,6 +236,7 @@ class ForkSession:
 
     def _subscribe(self, name: bytes, params: list[bytes]) -> bytes:
         command = name.decode()
+        position = _start_position(name, params)
         if self.state != _INIT:
             raise invalid(f"cannot {command} in current state")
         if len(params) < (3 if name == b"SUB_ORDERED" else 2):
@@ -240,14 +244,18 @@ class ForkSession:
         topic_name, channel_name = (param.decode(errors="replace") for param in params[:2])
         check_name(command, "topic", topic_name, TOPIC_NAME)
         check_name(command, "channel", channel_name, CHANNEL_NAME)
-        rest = params[2:]
-        position = rest.pop() if name == b"SUB_ADVANCED" and rest and b":" in rest[-1] else None
+        # The fork parses the partition only when the command has exactly 4 parameters
+        # (with the command's name): with a start position it serves the partition this
+        # nsqd leads, ignoring the one named (spec, "Observed on a running fork"; the
+        # fork picks one by Go map order, this server the lowest).
+        rest = params[2:] if position is None else []
         number = partition_param(rest[0]) if rest else None
         with self.store.lock:
             partition = self.store.resolve(self.nsqd, topic_name, number)
             self._check_subscription(name, partition)
             channel = self._join(partition, channel_name, position)
-            channel.ordered = channel.ordered or name == b"SUB_ORDERED"
+            if name == b"SUB_ORDERED":
+                channel.order()
             self.detail = name != b"SUB"
         return OK
 
@@ -266,15 +274,17 @@ class ForkSession:
         if self.extend_support and not topic.extend:
             raise Refusal("E_SUB_EXTEND_FORBIDDON")
 
-    def _join(self, partition: Partition, name: str, position: bytes | None) -> Channel:
+    def _join(self, partition: Partition, name: str, position: tuple[str, int] | None) -> Channel:
         if name not in partition.channels and partition.topic.disable_channel_auto_create:
             raise Refusal("E_SUB_CHANNEL_NOT_REGISTERED")
         channel = partition.channel(name)
-        start = start_index(partition.messages, position) if position is not None else None
         # "Only the channel's first client can set it": later ones subscribe where the
-        # channel is (the page is silent about an error, so none).
-        if start is not None and not channel.sessions:
-            channel.seek(start)
+        # channel is (the fork logs it and answers OK).
+        if position is not None and not channel.sessions:
+            try:
+                channel.seek(start_index(partition.messages, *position))
+            except PositionError as error:
+                raise invalid(str(error)) from None
         channel.sessions.append(self)
         self.channel = channel
         self.state = _SUBSCRIBED
@@ -362,6 +372,9 @@ class ForkSession:
         """The next frame to send, waiting for one; None once the session is closed."""
         lock = self.store.lock
         while not self.closed:
+            if self.copy is not None:
+                frame, self.copy = self.copy, None
+                return FRAME_MESSAGE, frame
             now = time.monotonic()
             if self.heartbeat_ms > 0 and now >= self.next_heartbeat:
                 self.next_heartbeat = now + self.heartbeat_ms / 1000
@@ -372,7 +385,10 @@ class ForkSession:
             if channel is not None and self.state == _SUBSCRIBED and self.in_flight < self.rdy:
                 taken = channel.take(self, now)
                 if taken is not None:
-                    return FRAME_MESSAGE, self._message_frame(*taken)
+                    frame = self._message_frame(*taken)
+                    if channel.sends_twice():
+                        self.copy = frame
+                    return FRAME_MESSAGE, frame
             lock.wait(self._wait_time(now))
         return None
 
@@ -433,3 +449,14 @@ class ForkSession:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _start_position(name: bytes, params: list[bytes]) -> tuple[str, int] | None:
+    """SUB_ADVANCED's 5th parameter (with the command's name), read before anything else
+    as the fork does: a bad one is a fatal E_INVALID with the fork's text."""
+    if name != b"SUB_ADVANCED" or len(params) < 4 or not params[3]:
+        return None
+    try:
+        return read_position(params[3])
+    except PositionError as error:
+        raise invalid(str(error)) from None

@@ -105,11 +105,27 @@ class Channel:
         self.attempts: dict[bytes, int] = {}
         self.sessions: list[ForkSession] = []
         self.ordered = False
+        self.created_over_http = False  # by nsqd's POST /channel/create
+        self.duplicate_next = False  # the next message sent goes out twice: order()
 
     def seek(self, start: int) -> None:
         """Send from partition.messages[start] on (SUB_ADVANCED); what is in flight stays."""
         self.waiting = []
         self.cursor = start
+
+    def order(self) -> None:
+        """SUB_ORDERED: the channel is ordered from now on. The first SUB_ORDERED on a
+        channel created over HTTP delivers the first message twice, same id and attempts
+        (spec, "Observed on a running fork": 6 of 7 tries; here always); the copy is not
+        in flight, so its FIN fails."""
+        if not self.ordered and self.created_over_http:
+            self.duplicate_next = True
+        self.ordered = True
+
+    def sends_twice(self) -> bool:
+        """True, once, for the message just taken if it goes out twice (order())."""
+        twice, self.duplicate_next = self.duplicate_next, False
+        return twice
 
     def take(self, session: ForkSession, now: float) -> tuple[StoredMessage, int] | None:
         """The next message for `session` and its attempts, now in flight; or None."""
