@@ -430,9 +430,11 @@ def fork_consumer_options() -> Callable[[F], F]:
             YOUZAN,
             "--start-at",
             metavar="end|timestamp:SEC|offset:N|count:N",
-            help="Start a new channel here (SUB_ADVANCED): the end, a time in Unix seconds, "
-            "a queue offset, or a message count. Only a channel's first client sets it; "
-            "with --nsqd-tcp-address it needs --partition.",
+            help="Start the channel here: the end, a time in Unix seconds, a queue offset, "
+            "or the Nth message (count:1 is the first). Through --lookupd-http-address it "
+            "is set on each partition's leader over HTTP, moving the channel for all its "
+            "clients; with --nsqd-tcp-address it needs --partition, only a channel's "
+            "first client sets it (SUB_ADVANCED), and an ordered topic refuses it.",
         ),
         grouped_option(
             YOUZAN,

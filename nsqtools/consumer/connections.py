@@ -6,7 +6,10 @@ found through nsqlookupd are connected while a poll lists them. On the Youzan fo
 (found from nsqlookupd's partitions and meta, or from nsqd's version) there is one
 connection per (nsqd, partition); a refusal that names a moved partition drops that
 connection until the next lookup. Each connection, once subscribed, is a Link; a
-configuration problem (AUTH, TLS, a refused SUB) ends the consumer through on_fatal.
+configuration problem (AUTH, TLS, a refused SUB or start position) ends the consumer
+through on_fatal. A start position is set once per partition (positions.py over the
+leader's HTTP API, or SUB_ADVANCED straight to an nsqd): a reconnect, or a new leader,
+goes on from where the channel is.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from nsqtools.addresses import address_key
 from nsqtools.config import ClientConfig
 from nsqtools.consumer.link import Link, LinkHooks
 from nsqtools.consumer.options import ConsumerOptions
+from nsqtools.consumer.positions import StartPositionError, start_channel_at
 from nsqtools.consumer.subscription import Subscription
 from nsqtools.errors import AuthError, NsqError, NsqErrorResponse, TlsError
 from nsqtools.protocol import ProtocolError, youzan
@@ -37,7 +41,7 @@ log = logging.getLogger("nsqtools.consumer")
 MAX_RECONNECT_DELAY = 30.0
 STEADY_CONNECTION = 10.0
 # Configuration problems: retrying cannot fix them, so they end the consumer.
-FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse)
+FATAL_ERRORS = (AuthError, TlsError, NsqErrorResponse, StartPositionError)
 
 
 class Connections:
@@ -68,6 +72,7 @@ class Connections:
         self._subscriptions: dict[str, Subscription] = {}  # outlive their connections
         self._links: dict[str, Link] = {}  # the subscribed connection, while there is one
         self._serving: set[str] = set()  # discovered nsqds with a connection task
+        self._started: set[int] = set()  # the fork's partitions whose start position is set
         self._lookup_soon = trio.Event()  # set to poll nsqlookupd at once
         self._nursery: trio.Nursery | None = None
 
@@ -146,8 +151,8 @@ class Connections:
             try:
                 await self._serve(link, key, task_status)
                 return
-            except NsqErrorResponse as error:
-                if subscription.adapt(error):
+            except (NsqErrorResponse, StartPositionError) as error:
+                if isinstance(error, NsqErrorResponse) and subscription.adapt(error):
                     log.info("%s: %s; subscribing again as asked", address, error)
                     continue
                 if discovered and error.code in youzan.REROUTE_ERRORS:
@@ -175,11 +180,12 @@ class Connections:
             extend_support=subscription.extend,
         ) as conn:
             _recognise(subscription, conn)
+            if subscription.start is not None and subscription.http_address is not None:
+                await self._start_channel(subscription, subscription.http_address)
             await conn.request(subscription.command(self.topic, self.channel))
             link.attach(conn)
             self._links[key] = link
-            # A start position is the channel's first client's: a reconnect goes on.
-            subscription.start = None
+            self._started_at(subscription)  # SUB_ADVANCED's, if it carried one
             self.hooks.rebalance()
             task_status.started()
             where = "" if subscription.partition is None else f" partition {subscription.partition}"
@@ -187,6 +193,26 @@ class Connections:
             await conn.wait_closed()
             if conn.error is not None and not self.stopping:
                 log.warning("%s: connection lost: %s", link.address, conn.error)
+
+    async def _start_channel(self, subscription: Subscription, http_address: str) -> None:
+        """Set the start position over the partition leader's HTTP API: SUB_ADVANCED would
+        apply it to a partition of the nsqd's choosing."""
+        assert subscription.start is not None and subscription.partition is not None
+        await start_channel_at(
+            http_address,
+            self.topic,
+            self.channel,
+            subscription.partition,
+            subscription.start,
+            self.config.lookupd_poll_timeout,
+        )
+        self._started_at(subscription)
+
+    def _started_at(self, subscription: Subscription) -> None:
+        """The subscription's start position is set: never again, for its partition."""
+        if subscription.start is not None and subscription.partition is not None:
+            self._started.add(subscription.partition)
+        subscription.start = None
 
     async def _discover(self) -> None:
         # Imported here: httpx (and the rich it pulls in) costs ~100ms at start-up, and
@@ -235,7 +261,9 @@ class Connections:
                     fork=True,
                     ordered=meta is not None and meta.ordered,
                     extend=meta is not None and meta.extend_support,
-                    start=self.start_at,
+                    start=None if partition in self._started else self.start_at,
+                    advanced=self.start_at is not None,
+                    http_address=node.http_address,
                 ),
             )
             for partition, node in found.partitions.items()

@@ -82,7 +82,7 @@ class Consumer:
             self._rng,
         )
         self._low_ready = flow.LowReadyTimeouts(config.low_rdy_idle_timeout, config.low_rdy_timeout)
-        hooks = LinkHooks(self._accept, self._record_outcome, self._rebalance)
+        hooks = LinkHooks(self._accept, self._record_outcome, self._rebalance, self._fail)
         self._connections = Connections(
             self.topic, self.channel, config, options, hooks, self._fail, self._rng
         )

@@ -6,7 +6,12 @@ A link lives as long as its connection: a reconnect makes a new one. Answers (FI
 TOUCH) go out on the link's own connection; once that has closed they are dropped here
 (nsqd takes those messages back itself), never written on the connection that replaced
 it. The link tells its consumer what happens through LinkHooks: messages received,
-messages answered (for the backoff), and when RDY may need to change.
+messages answered (for the backoff), when RDY may need to change, and a failure.
+
+The Youzan fork's messages are checked here before anything sees them: a message sent
+again at once with the same id and attempts (the fork's duplicate first delivery) is
+dropped, and a message from another partition than the one subscribed to is given back
+(REQ) and fails the consumer: it would be shown under the wrong partition.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from nsqtools.consumer.subscription import Subscription
 from nsqtools.errors import NsqError
 from nsqtools.protocol import ErrorFrame, Message, MessageBatch, ProtocolError
 from nsqtools.protocol import commands as cmd
+from nsqtools.protocol.youzan import MessageLayout
 from nsqtools.transport import Conn
 
 log = logging.getLogger("nsqtools.consumer")
@@ -41,6 +47,7 @@ class LinkHooks:
     received: Callable[[Link, MessageBatch], None]  # messages to hand out
     answered: Callable[[flow.Outcome, int], None]  # count messages answered so (backoff)
     rebalance: Callable[[], None]  # RDY may need to change
+    failed: Callable[[BaseException], None]  # the consumer cannot go on
 
 
 class Link:
@@ -72,6 +79,7 @@ class Link:
         self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
         self.cls_sent = False
         self.subscription_closed = trio.Event()
+        self.last_received: tuple[bytes, int] | None = None  # id and attempts (the fork's)
 
     @property
     def live(self) -> bool:
@@ -162,8 +170,10 @@ class Link:
     def on_messages(self, conn: Conn, received: MessageBatch) -> None:
         """The connection's message sink: runs in its reader task, never blocks."""
         if self.layout is not None:
-            received = self.layout.read(received)
+            received = self._fork_messages(received, self.layout)
         count = len(received)
+        if not count:
+            return
         self.in_flight += count
         self.received_since_ready += count
         self.last_message_at = trio.current_time()
@@ -173,6 +183,36 @@ class Link:
             self.hooks.rebalance()
         elif self.ready and self.received_since_ready >= READY_REFRESH_FRACTION * self.ready:
             self.ready_refresh_due = True
+
+    def _fork_messages(self, received: MessageBatch, layout: MessageLayout) -> MessageBatch:
+        """The fork's messages read, without duplicates, each checked to come from the
+        partition subscribed to: if one does not, all are given back and none goes on."""
+        messages = [message for message in layout.read_all(received) if not self._is_copy(message)]
+        asked = self.subscription.partition
+        stray = next((m for m in messages if asked not in (None, m.origin_partition)), None)
+        if stray is None:
+            return MessageBatch(messages)
+        self._write(cmd.req_many([message.id for message in messages]))
+        self.hooks.failed(
+            NsqError(
+                f"{self.address}: subscribed to partition {asked}, was sent a message of "
+                f"partition {stray.origin_partition} (given back, not shown)"
+            )
+        )
+        return MessageBatch()
+
+    def _is_copy(self, message: Message) -> bool:
+        """The message received just before, again, same id and attempts: the copy the
+        fork's first SUB_ORDERED on a channel created over HTTP sends (spec, "Observed
+        on a running fork"). Not in flight: handed out it would be shown twice, counted
+        twice for -n, and its FIN would fail. (Anything nsqd sends again has its
+        attempts raised.)"""
+        key = (message.id, message.attempts)
+        copy = key == self.last_received
+        self.last_received = key
+        if copy:
+            log.debug("%s: message %s came twice: the copy is dropped", self.address, key[0].hex())
+        return copy
 
     def on_error(self, conn: Conn, frame: ErrorFrame) -> None:
         log.warning("%s: %s", self.address, frame)

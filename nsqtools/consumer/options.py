@@ -54,4 +54,4 @@ class ConsumerOptions:
     give_up: GiveUpHook | None = None  # messages past max_attempts (None: log, then FIN)
     stop_timeout: float = 30.0  # how long a clean stop may take to requeue what is held
     partition: int | None = None  # the Youzan fork's: only this partition
-    start_at: StartPosition | None = None  # the Youzan fork's: where new channels start
+    start_at: StartPosition | None = None  # the Youzan fork's: where the channel starts

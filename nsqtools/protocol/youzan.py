@@ -35,6 +35,9 @@ _TRACE_ANSWER = struct.Struct(">2sQQQI")  # "OK", internal id, trace id, offset,
 _TRACE_ID = struct.Struct(">Q")
 _DETAIL = struct.Struct(">QI")  # disk-queue offset, raw size
 _EXT_LENGTH = struct.Struct(">H")
+# A message's internal id carries its partition in the bits above these ("Observed on a
+# running fork": partition << 50).
+PARTITION_SHIFT: Final = 50
 _MAX_EXT_HEADER = 0xFFFF
 # PUB_EXT's header keys that the fork's nsqd reads itself.
 TRACE_ID_KEY: Final = "##trace_id"
@@ -109,7 +112,8 @@ _START_KINDS = {
 
 def parse_start_position(text: str) -> StartPosition:
     """`end`, `timestamp:<unix seconds>`, `offset:<queue offset>` (the wire's
-    virtual_queue), `count:<messages>` (msgcount), or the wire's own `special:-1`."""
+    virtual_queue), `count:<n>` (msgcount: from the nth message, 1 the first; 0 too),
+    or the wire's own `special:-1`."""
     if text in ("end", "special:-1"):
         return END
     kind, _, value = text.partition(":")
@@ -128,10 +132,16 @@ def sub_ordered(topic: str, channel: str, partition: int) -> bytes:
     return f"SUB_ORDERED {names}\n".encode()
 
 
-def sub_advanced(topic: str, channel: str, partition: int, start: StartPosition) -> bytes:
-    """SUB from a start position (only the channel's first client may set it)."""
+def sub_advanced(
+    topic: str, channel: str, partition: int, start: StartPosition | None = None
+) -> bytes:
+    """SUB whose messages carry their queue offset and size. A start position is set
+    only by the channel's first client, and the fork then serves a partition of its own
+    choosing whatever the one named (spec, "Observed on a running fork"): without one,
+    it serves the partition named."""
     names = f"{check_topic(topic)} {check_channel(channel)} {commands.check_partition(partition)}"
-    return f"SUB_ADVANCED {names} {start.wire}\n".encode()
+    position = "" if start is None else f" {start.wire}"
+    return f"SUB_ADVANCED {names}{position}\n".encode()
 
 
 # -- publishing -------------------------------------------------------------------------
@@ -232,13 +242,23 @@ class ForkMessage(Message):
 
     @property
     def internal_id(self) -> int:
-        """nsqd's id for the message (the partition is in its high bits: opaque)."""
+        """nsqd's id for the message (the partition in its high bits, then a sequence)."""
         return int.from_bytes(self.id[:8], "big")
 
     @property
     def trace_id(self) -> int:
         """0 unless the message was published with a trace id."""
         return int.from_bytes(self.id[8:], "big")
+
+    @property
+    def origin_partition(self) -> int:
+        """The partition the message really came from (its id says)."""
+        return partition_of(self.id)
+
+
+def partition_of(message_id: bytes) -> int:
+    """The partition of a fork message's 16-byte id: its internal id's high bits."""
+    return int.from_bytes(message_id[:8], "big") >> PARTITION_SHIFT
 
 
 def _tag(ext: bytes) -> str:
@@ -258,13 +278,16 @@ class MessageLayout:
     extend header (an extend topic, extend_support identified) and the detail block
     (after SUB_ORDERED or SUB_ADVANCED)."""
 
-    partition: int | None  # None: nsqd chose it (a SUB without one)
+    partition: int | None  # None: nsqd chose it (a SUB without one): the ids tell
     extend: bool = False
     detail: bool = False
 
     def read(self, received: MessageBatch) -> MessageBatch:
         """The batch with each body split from what precedes it, as ForkMessages."""
-        return MessageBatch([self._read(message) for message in received.messages])
+        return MessageBatch(self.read_all(received))
+
+    def read_all(self, received: MessageBatch) -> list[ForkMessage]:
+        return [self._read(message) for message in received.messages]
 
     def _read(self, message: Message) -> ForkMessage:
         data, pos = message.body, 0
@@ -277,8 +300,9 @@ class MessageLayout:
                 raise RemoteProtocolError("message too short for its queue offset and size")
             offset, raw_size = _DETAIL.unpack_from(data, pos)
             pos += _DETAIL.size
+        partition = partition_of(message.id) if self.partition is None else self.partition
         return ForkMessage(
-            message, data[pos:], self.partition, queue_offset=offset, raw_size=raw_size, ext=ext
+            message, data[pos:], partition, queue_offset=offset, raw_size=raw_size, ext=ext
         )
 
 

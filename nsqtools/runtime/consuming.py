@@ -74,7 +74,7 @@ class ConsumeSettings:
     total: int = 0  # -n across all topics (0: no limit)
     topic_refresh: float = 60.0  # seconds between looks for new topics (with a finder)
     partition: int | None = None  # the Youzan fork's: only this partition
-    start_at: StartPosition | None = None  # the Youzan fork's: where new channels start
+    start_at: StartPosition | None = None  # the Youzan fork's: where the channel starts
     dead_letters: DeadLetterSettings = field(default_factory=DeadLetterSettings)
 
 
