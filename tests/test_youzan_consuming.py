@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import http.client
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +43,13 @@ TOPICS = (
 def fork() -> Iterator[YouzanCluster]:
     with YouzanCluster(TOPICS) as cluster:
         yield cluster
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    with trio.fail_after(10):
+        while not condition():
+            await trio.sleep(0.01)
+    assert condition(), what
 
 
 def fill(fork: YouzanCluster, topic: str, partitions: range, count: int) -> None:
@@ -170,6 +177,25 @@ async def test_a_start_position_is_set_on_the_partition_then_subscribed(
     ]
     subscriptions = [c for c in fork.commands() if c.startswith(b"SUB")]
     assert subscriptions == [b"SUB_ADVANCED multi api 2\n"]
+
+
+async def test_a_start_position_is_set_once_not_again_on_a_new_leader(
+    fork: YouzanCluster,
+) -> None:
+    first = [fork.inject("multi", 0, body) for body in (b"m1", b"m2")]
+    options = ConsumerOptions(
+        lookupd_http_addresses=[fork.lookupd_http_address],
+        partition=0,
+        start_at=youzan.parse_start_position("count:1"),
+    )
+    polling = config(lookupd_poll_interval=0.05)
+    async with open_consumer("multi", "api", polling, options) as consumer:
+        assert [m.body for m in await take(consumer, 2)] == [b"m1", b"m2"]
+        await until(lambda: fork.finished("multi", "api") == [m.id for m in first], "FINs")
+        fork.move_partition("multi", 0, 1)  # its consumer is disconnected
+        fork.inject("multi", 0, b"m3")
+        (after,) = await take(consumer, 1)
+    assert after.body == b"m3"  # not m1 again: the channel was not moved back
 
 
 def test_a_message_from_another_partition_is_an_error_not_a_wrong_label(
