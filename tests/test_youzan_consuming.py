@@ -179,6 +179,24 @@ async def test_a_start_position_is_set_on_the_partition_then_subscribed(
     assert subscriptions == [b"SUB_ADVANCED multi api 2\n"]
 
 
+def test_a_start_position_the_fork_refuses_ends_nsq_tail_in_one_line(
+    fork: YouzanCluster,
+) -> None:
+    """count: on an empty partition: the fork's commit log search fails."""
+    result = run(
+        "nsq_tail",
+        f"--lookupd-http-address={fork.lookupd_http_address}",
+        "--topic=multi",
+        "--channel=tail",
+        "--partition=1",
+        "--start-at=count:1",
+    )
+    assert (result.returncode, result.stdout) == (1, b"")
+    line = error_line(result)
+    assert "cannot start multi/tail partition 1 at msgcount:1" in line
+    assert "commit log end of file" in line
+
+
 async def test_a_start_position_is_set_once_not_again_on_a_new_leader(
     fork: YouzanCluster,
 ) -> None:
