@@ -287,6 +287,7 @@ class MessageLayout:
         return MessageBatch(self.read_all(received))
 
     def read_all(self, received: MessageBatch) -> list[ForkMessage]:
+        """Each message of the batch as a ForkMessage."""
         return [self._read(message) for message in received.messages]
 
     def _read(self, message: Message) -> ForkMessage:
