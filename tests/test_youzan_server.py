@@ -452,12 +452,12 @@ def test_message_frame_without_ext_or_detail(fork: YouzanCluster, connect: Conne
 
 
 def test_message_frame_with_the_ext_header(fork: YouzanCluster, connect: Connect) -> None:
-    tagged = fork.inject("ext", 0, b"with", ext=b'{"a":1}', trace_id=7)
-    bare = fork.inject("ext", 0, b"without")
     client = connect(0)
     client.identify(extend_support=True)
-    client.command(b"SUB ext ch 0")
+    client.command(b"SUB ext ch 0")  # a new channel: it gets what is stored after it
     assert client.response() == b"OK"
+    tagged = fork.inject("ext", 0, b"with", ext=b'{"a":1}', trace_id=7)
+    bare = fork.inject("ext", 0, b"without")
     client.command(b"RDY 2")
     assert client.message() == message_frame(tagged, 1, ext=b'{"a":1}')
     assert client.message() == message_frame(bare, 1, ext=b"")
@@ -499,10 +499,10 @@ def test_a_binary_id_holding_newlines_is_finished(fork: YouzanCluster, connect: 
 def test_sub_ordered_sends_one_at_a_time_and_a_requeued_message_first(
     fork: YouzanCluster, connect: Connect
 ) -> None:
-    messages = [fork.inject("ordered", 1, b"m%d" % i) for i in range(3)]
     client = connect(1)
     client.command(b"SUB_ORDERED ordered ch 1")
     assert client.response() == b"OK"
+    messages = [fork.inject("ordered", 1, b"m%d" % i) for i in range(3)]
     client.command(b"RDY 10")
     assert client.message() == message_frame(messages[0], 1, detail=True)
     assert client.quiet()  # RDY 10, yet one in flight
@@ -539,6 +539,36 @@ def test_req_touch_and_timeout_send_a_message_again(fork: YouzanCluster, connect
     assert fork.finished("plain", "ch1") == [message.id]
 
 
+def test_a_new_channel_starts_at_the_end_of_its_partition(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    """Observed: SUB of a new channel on a partition holding messages got nothing; a
+    channel created with the topic (ch1) has them all."""
+    before = fork.inject("plain", 0, b"before")
+    late = connect(0)
+    late.command(b"SUB plain new 0")
+    assert late.response() == b"OK"
+    late.command(b"RDY 5")
+    assert late.quiet()
+    after = fork.inject("plain", 0, b"after")
+    assert late.message() == message_frame(after, 1)
+    assert late.quiet()
+    early = connect(0)
+    early.command(b"SUB plain ch1 0")
+    assert early.response() == b"OK"
+    early.command(b"RDY 5")
+    assert [early.message(), early.message()] == [message_frame(m, 1) for m in (before, after)]
+    # A channel that exists keeps its place while nobody is subscribed.
+    late.send(b"FIN " + after.id + b"\n")
+    late.close()
+    kept = fork.inject("plain", 0, b"kept")
+    again = connect(0)
+    again.command(b"SUB plain new 0")
+    assert again.response() == b"OK"
+    again.command(b"RDY 5")
+    assert again.message() == message_frame(kept, 1)
+
+
 def test_messages_stored_after_sub_are_delivered(fork: YouzanCluster, connect: Connect) -> None:
     client = connect(1)
     client.command(b"SUB plain ch1")
@@ -566,12 +596,12 @@ def test_consumers_of_a_channel_share_its_messages(fork: YouzanCluster, connect:
 
 
 def test_desired_tag_gets_only_its_messages(fork: YouzanCluster, connect: Connect) -> None:
-    fork.inject("ext", 0, b"red", ext=b'{"##client_dispatch_tag":"red"}', tag="red")
-    blue = fork.inject("ext", 0, b"blue", ext=b'{"##client_dispatch_tag":"blue"}', tag="blue")
     client = connect(0)
     client.identify(extend_support=True, desired_tag="blue")
     client.command(b"SUB ext ch 0")
     assert client.response() == b"OK"
+    fork.inject("ext", 0, b"red", ext=b'{"##client_dispatch_tag":"red"}', tag="red")
+    blue = fork.inject("ext", 0, b"blue", ext=b'{"##client_dispatch_tag":"blue"}', tag="blue")
     client.command(b"RDY 5")
     assert client.message() == message_frame(blue, 1, ext=blue.ext)
     assert client.quiet()

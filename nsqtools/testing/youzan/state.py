@@ -35,7 +35,8 @@ class ForkTopic:
     ordered: bool = False
     extend: bool = False  # "extend_support" in meta; needs extend_support in IDENTIFY
     disable_channel_auto_create: bool = False
-    # Channels created up front on every partition (lookup's "channels"; access=w needs one).
+    # Channels created with the topic on every partition (lookup's "channels"; access=w
+    # needs one): they get every message, as they exist before the first.
     channels: tuple[str, ...] = ()
 
 
@@ -99,7 +100,10 @@ class Channel:
     def __init__(self, partition: Partition, name: str) -> None:
         self.partition = partition
         self.name = name
-        self.cursor = 0  # partition.messages[cursor:] were never waiting here
+        # partition.messages[cursor:] were never waiting here. "A new channel starts at
+        # the end of its partition" (spec, Observed on a running fork): it gets only what
+        # is stored after it exists. The topic's own channels exist before any message.
+        self.cursor = len(partition.messages)
         self.waiting: list[_Waiting] = []  # in offset order
         self.in_flight: dict[bytes, InFlight] = {}
         self.attempts: dict[bytes, int] = {}
