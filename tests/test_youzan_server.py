@@ -370,9 +370,10 @@ def test_heartbeats_nop_and_cls(connect: Connect) -> None:
 def test_pub_trace_answer_reproduces_the_page_example(
     fork: YouzanCluster, connect: Connect
 ) -> None:
-    # Three messages of 33, 33 and 34 raw bytes (4 + 26 + body) put the next at offset 100.
-    for body in (b"one", b"two", b"four"):
-        fork.inject("plain", 1, body)
+    # Two messages of 50 raw bytes (4 + 26 + 20-byte body) put the next at offset 100;
+    # sequences start at 2, so the third message has sequence 4.
+    for body in (b"one", b"two"):
+        fork.inject("plain", 1, body.ljust(20))
     client = connect(1)
     client.command(b"PUB_TRACE plain 1", bytes.fromhex("1122334455667788") + b"twelve bytes")
     answer = client.response()
@@ -387,6 +388,15 @@ def test_pub_trace_answer_reproduces_the_page_example(
         42,
     )
     assert stored.body == b"twelve bytes"
+
+
+def test_a_partitions_first_message_has_sequence_2(connect: Connect) -> None:
+    for partition in (0, 1):
+        client = connect(partition)
+        for sequence in (2, 3):
+            client.command(b"PUB_TRACE plain %d" % partition, b"\0" * 8 + b"x")
+            (internal_id,) = struct.unpack(">Q", client.response()[2:10])
+            assert internal_id == (partition << 50) + sequence
 
 
 def test_mpub_trace_answer_carries_the_first_id_and_offset_and_the_total_size(
@@ -488,7 +498,7 @@ def test_a_binary_id_holding_newlines_is_finished(fork: YouzanCluster, connect: 
     consumer.command(b"RDY 1")
     message = consumer.message()
     message_id = message[10:26]
-    assert message_id == struct.pack(">QQ", 1, 0x0A0A0A0A0A0A0A0A)
+    assert message_id == struct.pack(">QQ", 2, 0x0A0A0A0A0A0A0A0A)
     consumer.send(b"FIN " + message_id + b"\n")
     # The stream stayed in step: the next message comes, and FIN was read whole.
     assert consumer.message()[26:] == b"next"
@@ -515,7 +525,7 @@ def test_sub_ordered_sends_one_at_a_time_and_a_requeued_message_first(
     assert client.message() == message_frame(messages[2], 1, detail=True)
     offsets = [m.offset for m in messages]
     ids = [m.internal_id for m in messages]
-    assert offsets == sorted(offsets) and ids == [2**50 + 1, 2**50 + 2, 2**50 + 3]
+    assert offsets == sorted(offsets) and ids == [2**50 + 2, 2**50 + 3, 2**50 + 4]
 
 
 def test_req_touch_and_timeout_send_a_message_again(fork: YouzanCluster, connect: Connect) -> None:

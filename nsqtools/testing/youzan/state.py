@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from nsqtools.testing.youzan.wire import (
     DISK_LENGTH_PREFIX,
+    FIRST_SEQUENCE,
     MESSAGE_HEADER_SIZE,
     NON_FATAL_ON_PUB,
     PARTITION_SHIFT,
@@ -46,7 +47,7 @@ class StoredMessage:
 
     topic: str
     partition: int
-    internal_id: int  # (partition << 50) + sequence (sequence from 1, per partition)
+    internal_id: int  # (partition << 50) + sequence (from FIRST_SEQUENCE, per partition)
     trace_id: int  # 0 unless published with a trace
     timestamp: int  # ns since the epoch
     # Disk-queue offset: the sum of the raw sizes of the partition's earlier messages.
@@ -270,7 +271,7 @@ class Store:
         return partitions[number]
 
     def append(self, partition: Partition, draft: Draft, timestamp: int) -> StoredMessage:
-        sequence = len(partition.messages) + 1
+        sequence = FIRST_SEQUENCE + len(partition.messages)
         message = StoredMessage(
             topic=partition.topic.name,
             partition=partition.number,

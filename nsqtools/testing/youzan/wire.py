@@ -16,6 +16,7 @@ HOSTNAME = "host"  # the page's example shows "host"
 V1_ACCEPT = "application/vnd.nsq; version=1.0"
 
 PARTITION_SHIFT = 50  # internal id = (partition << 50) + sequence: "partition 1 gave 2^50+seq"
+FIRST_SEQUENCE = 2  # "A partition's first message has sequence 2: internal id (p << 50) + 2"
 MESSAGE_HEADER_SIZE = 26  # 8B timestamp + 2B attempts + 16B id
 DISK_LENGTH_PREFIX = 4  # the disk queue writes each message after its 4-byte length
 EXT_VERSION_NONE, EXT_VERSION_JSON = 0, 4
