@@ -207,19 +207,24 @@ async def test_an_extend_topic_is_identified_and_its_tags_read(fork: YouzanClust
 
 
 async def test_a_desired_tag_gets_only_its_messages(fork: YouzanCluster) -> None:
-    async with open_consumer(
-        "tagged",
-        "reds",
-        config(desired_tag="red"),
-        ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address]),
-    ) as consumer:
-        # A new channel gets what is stored after it: RDY follows SUB's OK.
-        await until(lambda: lines(fork, b"RDY ") != [], "subscribed")
+    """On the fork a tagged message goes to the consumers of its tag, the others to the
+    untagged consumers of the channel (with none, the channel would wait for one)."""
+    options = ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address])
+    async with (
+        open_consumer("tagged", CHANNEL, config(desired_tag="red"), options) as reds,
+        open_consumer("tagged", CHANNEL, config(), options) as others,
+    ):
+        # RDY follows SUB's OK: both are consumers of the channel before anything is stored.
+        await until(lambda: len(lines(fork, b"RDY ")) >= 2, "both subscribed")
         for tag in ("red", "blue", "red"):
             ext = json.dumps({youzan.TAG_KEY: tag}).encode()
             fork.inject("tagged", 0, tag.encode(), tag=tag, ext=ext)
-        seen = await take(consumer, 2)
-    assert [m.body for m in seen] == [b"red", b"red"]
+        red = await take(reds, 2)
+        (other,) = await take(others, 1)
+    assert [m.body for m in red] == [b"red", b"red"]
+    assert (other.body, other.tag) == (b"blue", "blue")
+    identifies = [c for c in fork.commands() if c.startswith(b"IDENTIFY")]
+    assert sum(b'"desired_tag":"red"' in identify for identify in identifies) == 1
 
 
 async def test_upstream_nsqd_refuses_the_forks_options_in_one_line(nsqd: Nsqd) -> None:

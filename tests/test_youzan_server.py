@@ -605,16 +605,60 @@ def test_consumers_of_a_channel_share_its_messages(fork: YouzanCluster, connect:
     assert fork.stored("plain", 0) == messages
 
 
-def test_desired_tag_gets_only_its_messages(fork: YouzanCluster, connect: Connect) -> None:
+def tagged(fork: YouzanCluster, tag: str) -> StoredMessage:
+    """A message on partition 0 of "ext", tagged as PUB_EXT's header tags it ("" none)."""
+    header = json.dumps({"##client_dispatch_tag": tag}).encode() if tag else b""
+    return fork.inject("ext", 0, tag.encode() or b"untagged", ext=header, tag=tag)
+
+
+def tag_consumer(connect: Connect, tag: str = "") -> Client:
+    """A consumer of channel ch of "ext" partition 0 with this desired_tag ("" none)."""
     client = connect(0)
-    client.identify(extend_support=True, desired_tag="blue")
+    client.identify(extend_support=True, **({"desired_tag": tag} if tag else {}))
     client.command(b"SUB ext ch 0")
     assert client.response() == b"OK"
-    fork.inject("ext", 0, b"red", ext=b'{"##client_dispatch_tag":"red"}', tag="red")
-    blue = fork.inject("ext", 0, b"blue", ext=b'{"##client_dispatch_tag":"blue"}', tag="blue")
     client.command(b"RDY 5")
-    assert client.message() == message_frame(blue, 1, ext=blue.ext)
-    assert client.quiet()
+    return client
+
+
+def test_a_tagged_message_goes_to_its_tags_consumers_the_others_to_the_untagged(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    reds, others = tag_consumer(connect, "red"), tag_consumer(connect)
+    red, blue, untagged, red_again = (tagged(fork, tag) for tag in ("red", "blue", "", "red"))
+    # blue has no consumer of its tag: it goes to the untagged consumer.
+    assert [reds.message(), reds.message()] == [
+        message_frame(m, 1, ext=m.ext) for m in (red, red_again)
+    ]
+    assert [others.message(), others.message()] == [
+        message_frame(m, 1, ext=m.ext) for m in (blue, untagged)
+    ]
+    assert reds.quiet() and others.quiet()
+
+
+def test_a_channel_of_tagged_consumers_stalls_at_a_message_none_of_them_wants(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    reds = tag_consumer(connect, "red")
+    red, blue, red_again = (tagged(fork, tag) for tag in ("red", "blue", "red"))
+    assert reds.message() == message_frame(red, 1, ext=red.ext)
+    reds.send(b"FIN " + red.id + b"\n")
+    assert reds.quiet()  # blue waits for an untagged consumer, and red_again behind it
+    others = tag_consumer(connect)
+    assert others.message() == message_frame(blue, 1, ext=blue.ext)
+    assert reds.message() == message_frame(red_again, 1, ext=red_again.ext)
+
+
+def test_a_desired_tag_is_dropped_on_a_topic_without_tags(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    client = connect(0)
+    client.identify(desired_tag="red")
+    client.command(b"SUB plain ch1 0")
+    assert client.response() == b"OK"
+    client.command(b"RDY 1")
+    message = fork.inject("plain", 0, b"for anyone")
+    assert client.message() == message_frame(message, 1)
 
 
 @pytest.mark.parametrize(

@@ -88,11 +88,6 @@ class ForkSession:
         self.rdy = 0
         self.in_flight = 0
 
-    def wants(self, message: StoredMessage) -> bool:
-        # "A consumer with desired_tag gets only messages with that tag"; the page is
-        # silent about consumers without one: they get every message.
-        return not self.desired_tag or message.tag == self.desired_tag
-
     # The reader thread.
 
     def serve(self, spawn: Callable[[Callable[[], None]], None]) -> None:
@@ -270,6 +265,8 @@ class ForkSession:
         if name not in partition.channels and partition.topic.disable_channel_auto_create:
             raise Refusal("E_SUB_CHANNEL_NOT_REGISTERED")
         channel = partition.channel(name)
+        if not partition.topic.extend:
+            self.desired_tag = ""  # the fork drops a tag on a topic without tags
         start = start_index(partition.messages, position) if position is not None else None
         # "Only the channel's first client can set it": later ones subscribe where the
         # channel is (the page is silent about an error, so none).
@@ -278,6 +275,7 @@ class ForkSession:
         channel.sessions.append(self)
         self.channel = channel
         self.state = _SUBSCRIBED
+        self.store.lock.notify_all()  # a new tag's messages are for this consumer now
         return channel
 
     def _ready(self, params: list[bytes]) -> None:

@@ -117,20 +117,21 @@ class Channel:
         self.cursor = start
 
     def take(self, session: ForkSession, now: float) -> tuple[StoredMessage, int] | None:
-        """The next message for `session` and its attempts, now in flight; or None."""
+        """The next message for `session` and its attempts, now in flight; or None.
+        The fork's channel sends its messages one after the other: the first one ready
+        waits for a consumer that may take it, and the ones behind it wait too."""
         self._pull()
-        candidates = [w for w in self.waiting if session.wants(w.message)]
         if self.ordered:
             # "One message in flight per partition connection, whatever the RDY", and
             # a requeued message comes back before the next even when delayed. Counted
             # per channel partition: the same for the one connection per partition of
             # an ordered consumer.
-            if self.in_flight or not candidates or candidates[0].ready_at > now:
+            if self.in_flight or not self.waiting or self.waiting[0].ready_at > now:
                 return None
-            chosen: _Waiting | None = candidates[0]
+            chosen: _Waiting | None = self.waiting[0]
         else:
-            chosen = next((w for w in candidates if w.ready_at <= now), None)
-        if chosen is None:
+            chosen = next((w for w in self.waiting if w.ready_at <= now), None)
+        if chosen is None or not self._dispatches_to(session, chosen.message):
             return None
         self.waiting.remove(chosen)
         message = chosen.message
@@ -140,6 +141,13 @@ class Channel:
         self.in_flight[message.id] = InFlight(message, session, deadline)
         session.in_flight += 1
         return message, attempts
+
+    def _dispatches_to(self, session: ForkSession, message: StoredMessage) -> bool:
+        """Tags (spec, Observed: Tags): a tagged message goes only to the consumers that
+        identified its tag when one is connected; any other message to the untagged
+        ones. With none connected the channel stalls at that message, "by design"."""
+        wanted = message.tag and any(s.desired_tag == message.tag for s in self.sessions)
+        return session.desired_tag == (message.tag if wanted else "")
 
     def settle(self, session: ForkSession, message_id: bytes) -> InFlight | None:
         """Take a message `session` has in flight out of flight (FIN, REQ)."""
