@@ -356,12 +356,11 @@ def test_heartbeats_nop_and_cls(connect: Connect) -> None:
     assert client.response() == b"_heartbeat_"
     client.command(b"NOP")  # no answer to NOP: the next frame is the next heartbeat
     assert client.response() == b"_heartbeat_"
-    quiet = connect()
-    quiet.identify(heartbeat_interval=-1)
-    quiet.command(b"SUB plain ch1 0")
-    assert quiet.response() == b"OK"
-    quiet.command(b"CLS")
-    assert quiet.response() == b"CLOSE_WAIT"
+    consumer = connect()
+    consumer.command(b"SUB plain ch1 0")
+    assert consumer.response() == b"OK"
+    consumer.command(b"CLS")
+    assert consumer.response() == b"CLOSE_WAIT"
 
 
 # nsqd: publishing
@@ -711,7 +710,21 @@ FATAL_CASES = [
     ({}, b"SUB ext ch\n", b"E_SUB_EXTEND_NEED "),
     ({"extend_support": True}, b"SUB plain ch1\n", b"E_SUB_EXTEND_FORBIDDON "),
     ({}, b"SUB locked other\n", b"E_SUB_CHANNEL_NOT_REGISTERED "),
-    ({"sample_rate": 10}, b"SUB_ORDERED ordered ch 0\n", b"E_INVALID "),
+    (
+        {"sample_rate": 10},
+        b"SUB_ORDERED ordered ch 0\n",
+        b"E_INVALID order consume is not allowed while sample rate is not 0",
+    ),
+    (
+        {"heartbeat_interval": -1},
+        b"SUB plain ch1 0\n",
+        b"E_INVALID cannot SUB with heartbeats disabled",
+    ),
+    (
+        {"heartbeat_interval": -1},
+        b"SUB_ORDERED ordered ch 0\n",
+        b"E_INVALID cannot SUB with heartbeats disabled",
+    ),
     ({}, b"PUB_EXT plain 0\n\0\0\0\3\0\0x", b"E_EXT_NOT_SUPPORT "),
     ({}, b"PUB_EXT ext 0\n\0\0\0\5\0\2[]x", b"E_INVALID_JSON_HEADER "),
     ({}, b"RDY 1\n", b"E_INVALID cannot RDY in current state"),

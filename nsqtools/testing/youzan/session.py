@@ -230,6 +230,8 @@ class ForkSession:
         command = name.decode()
         if self.state != _INIT:
             raise invalid(f"cannot {command} in current state")
+        if self.heartbeat_ms <= 0:  # spec, Observed: Consuming; the fork says "SUB" for all
+            raise invalid("cannot SUB with heartbeats disabled")
         if len(params) < (3 if name == b"SUB_ORDERED" else 2):
             raise invalid(f"{command} insufficient number of parameters")
         topic_name, channel_name = (param.decode(errors="replace") for param in params[:2])
@@ -255,7 +257,7 @@ class ForkSession:
         if topic.ordered and name != b"SUB_ORDERED":
             raise Refusal("E_SUB_ORDER_IS_MUST")
         if name == b"SUB_ORDERED" and self.sample_rate != 0:
-            raise invalid("SUB_ORDERED needs sample_rate 0")
+            raise invalid("order consume is not allowed while sample rate is not 0")
         if topic.extend and not self.extend_support:
             raise Refusal("E_SUB_EXTEND_NEED")
         if self.extend_support and not topic.extend:
