@@ -341,13 +341,25 @@ def test_identify_answer(connect: Connect) -> None:
     )
     assert client.response() == (
         b'{"max_rdy_count":2500,"version":"0.3.7-HA.1.12.7","max_msg_timeout":900000,'
-        b'"msg_timeout":5000,"tls_v1":false,"deflate":false,"deflate_level":6,'
+        b'"msg_timeout":5000,"tls_v1":false,"deflate":false,"deflate_level":0,'
         b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
-        b'"output_buffer_size":100,"output_buffer_timeout":250,"desired_tag":"blue"}'
+        b'"output_buffer_size":100,"output_buffer_timeout":50,"desired_tag":"blue"}'
     )
     old = connect()
     old.command(b"IDENTIFY", b'{"client_id":"old"}')
     assert old.response() == b"OK"
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [({"deflate": True, "deflate_level": 3}, (0, 50)), ({"output_buffer_timeout": -1}, (0, 0))]
+    + [({"output_buffer_timeout": asked}, (0, given)) for asked, given in ((5, 10), (300, 300))],
+)
+def test_identify_answers_deflate_level_0_and_the_output_buffer_timeout(
+    connect: Connect, asked: dict[str, Any], answered: tuple[int, int]
+) -> None:
+    answer = connect().identify(**asked)
+    assert (answer["deflate_level"], answer["output_buffer_timeout"]) == answered
 
 
 def test_heartbeats_nop_and_cls(connect: Connect) -> None:

@@ -42,6 +42,7 @@ from nsqtools.testing.youzan.wire import (
     MAX_MSG_TIMEOUT_MS,
     MAX_RDY_COUNT,
     MAX_REQ_TIMEOUT_MS,
+    MIN_OUTPUT_BUFFER_TIMEOUT_MS,
     OK,
     OUTPUT_BUFFER_SIZE,
     PUB_COMMANDS,
@@ -192,14 +193,15 @@ class ForkSession:
             "msg_timeout": self.msg_timeout_ms,
             "tls_v1": False,
             "deflate": False,
-            "deflate_level": int_field(request, "deflate_level", 6) or 6,
+            "deflate_level": 0,  # the fork says 0 unless it grants deflate (never, here)
             "max_deflate_level": 6,
             "snappy": False,
             "sample_rate": self.sample_rate,
             "auth_required": False,
             "output_buffer_size": OUTPUT_BUFFER_SIZE,
-            "output_buffer_timeout": int_field(request, "output_buffer_timeout", 0)
-            or DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS,
+            "output_buffer_timeout": _output_buffer_timeout(
+                int_field(request, "output_buffer_timeout", 0)
+            ),
         }
         if self.desired_tag:  # omitempty
             answer["desired_tag"] = self.desired_tag
@@ -433,3 +435,13 @@ class ForkSession:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _output_buffer_timeout(requested: int) -> int:
+    """The fork's client_v2: -1 turns the buffer timeout off, 0 keeps the default (50 ms,
+    spec: IDENTIFY's answer), below 10 ms is raised to 10. (Its upper bound is not kept.)"""
+    if requested == -1:
+        return 0
+    if requested == 0:
+        return DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS
+    return max(requested, MIN_OUTPUT_BUFFER_TIMEOUT_MS)
