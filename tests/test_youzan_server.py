@@ -278,7 +278,7 @@ def test_lookup_for_writing_drops_partitions_without_a_channel(
 ) -> None:
     text = "Topic has no channel, should init at least one for the new topic"
     address = fork.lookupd_http_address
-    assert get(address, "/lookup?topic=fresh&access=w", V1) == (500, compact({"message": text}))
+    assert get(address, "/lookup?topic=fresh&access=w", V1) == (404, compact({"message": text}))
     assert get(address, "/lookup?topic=fresh&access=w") == (500, wrapped_error(text))
     consumer = connect(1)
     consumer.command(b"SUB fresh c 1")
