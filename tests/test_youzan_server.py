@@ -582,6 +582,7 @@ def test_a_new_channel_starts_at_the_end_of_its_partition(
     # A channel that exists keeps its place while nobody is subscribed.
     late.send(b"FIN " + after.id + b"\n")
     late.close()
+    wait_until(lambda: fork.connections() == 1, TIMEOUT, "the server saw late close")
     kept = fork.inject("plain", 0, b"kept")
     again = connect(0)
     again.command(b"SUB plain new 0")
