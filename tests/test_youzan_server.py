@@ -554,8 +554,17 @@ def test_req_touch_and_timeout_send_a_message_again(fork: YouzanCluster, connect
     assert client.message() == message_frame(message, 3)
     client.send(b"FIN " + message.id + b"\n")
     client.send(b"FIN " + message.id + b"\n")  # twice: no longer in flight, not fatal
-    assert client.error() == b"E_FIN_FAILED FIN " + message.id.hex().encode() + (
-        b" failed ID not in flight"
+    # The id as Go prints a byte array (the page: "FIN [48 48 ...] failed ...").
+    printed = b"[0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0]"
+    assert message.id == bytes(7) + b"\2" + bytes(8)
+    assert client.error() == b"E_FIN_FAILED FIN " + printed + (
+        b" failed ErrType:7 ErrCode:0 : Message ID not in flight"
+    )
+    client.send(b"REQ " + message.id + b" 0\n")
+    assert client.error() == b"E_REQ_FAILED REQ " + printed + b" failed Message ID not in flight"
+    client.send(b"TOUCH " + message.id + b"\n")
+    assert client.error() == (
+        b"E_TOUCH_FAILED TOUCH " + printed + b" failed Message ID not in flight"
     )
     assert fork.finished("plain", "ch1") == [message.id]
 
@@ -706,7 +715,25 @@ def test_sub_advanced_start_positions(
 
 
 FATAL_CASES = [
-    ({}, b"SUB_ORDER ordered ch 0\n", b"E_INVALID invalid command"),
+    # The command's words as Go prints them: SUB_ORDER, ordered, ch, 0.
+    (
+        {},
+        b"SUB_ORDER ordered ch 0\n",
+        b"E_INVALID invalid command [[83 85 66 95 79 82 68 69 82] [111 114 100 101 114 101 100]"
+        b" [99 104] [48]]",
+    ),
+    ({}, b"AUTH\n\0\0\0\2{}", b"E_AUTH_DISABLED AUTH Disabled"),
+    ({}, b"PUB plain 0\n\0\0\0\0", b"E_BAD_BODY invalid body size 0"),
+    (
+        {},
+        b"PUB_TRACE plain 0\n\0\0\0\5abcde",
+        b"E_BAD_BODY invalid body size 5 with trace id enabled",
+    ),
+    (
+        {},
+        b"PUB_EXT ext 0\n\0\0\0\4\0\2{}",
+        b"E_BAD_BODY invalid body size 4 in ext json header content length",
+    ),
     (
         {},
         b"PUB ordered\n\0\0\0\1x",
@@ -720,9 +747,22 @@ FATAL_CASES = [
         b"SUB ordered ch 0\n",
         b"E_SUB_ORDER_IS_MUST this topic is configured only allow ordered sub",
     ),
-    ({}, b"SUB ext ch\n", b"E_SUB_EXTEND_NEED "),
-    ({"extend_support": True}, b"SUB plain ch1\n", b"E_SUB_EXTEND_FORBIDDON "),
-    ({}, b"SUB locked other\n", b"E_SUB_CHANNEL_NOT_REGISTERED "),
+    (
+        {},
+        b"SUB ext ch\n",
+        b"E_SUB_EXTEND_NEED this topic is extended and should identify as extend support.",
+    ),
+    (
+        {"extend_support": True},
+        b"SUB plain ch1\n",
+        b"E_SUB_EXTEND_FORBIDDON this topic is not extended and should not identify as extend"
+        b" support.",
+    ),
+    (
+        {},
+        b"SUB locked other\n",
+        b"E_SUB_CHANNEL_NOT_REGISTERED channel is not registered under topic.",
+    ),
     (
         {"sample_rate": 10},
         b"SUB_ORDERED ordered ch 0\n",
@@ -738,8 +778,6 @@ FATAL_CASES = [
         b"SUB_ORDERED ordered ch 0\n",
         b"E_INVALID cannot SUB with heartbeats disabled",
     ),
-    ({}, b"PUB_EXT plain 0\n\0\0\0\3\0\0x", b"E_EXT_NOT_SUPPORT "),
-    ({}, b"PUB_EXT ext 0\n\0\0\0\5\0\2[]x", b"E_INVALID_JSON_HEADER "),
     ({}, b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
 ]
 
@@ -753,6 +791,68 @@ def test_fatal_errors_close_the_connection(
         client.identify(**identify)
     client.send(command + b"NOP\n")  # a command after it: unread, yet the frame arrives
     assert client.error().startswith(error)
+    assert client.is_closed()
+
+
+NON_FATAL_CASES = [
+    (
+        b'PUB_EXT plain 0\n\0\0\0\x0a\0\x07{"a":1}x',
+        b"E_EXT_NOT_SUPPORT ext content not supported in topic plain",
+    ),
+    (
+        b"PUB_EXT plain 0\n\0\0\0\3\0\0x",
+        b"E_INVALID_JSON_HEADER fail to parse json header:cannot parse empty string",
+    ),
+    (b"PUB_EXT ext 0\n\0\0\0\5\0\2{xy", b"E_INVALID_JSON_HEADER fail to parse json header:"),
+    (
+        b'PUB_EXT ext 0\n\0\0\0\x13\0\x10{"##trace_id":7}x',
+        b"INVALID_TRACE_ID passin trace id should be string",
+    ),
+    (
+        b"INTERNAL_CREATE_TOPIC new 0\n",
+        b"E_CREATE_TOPIC_FAILED CREATE_TOPIC is not allowed here while cluster feature enabled.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "error"), NON_FATAL_CASES)
+def test_non_fatal_errors_keep_the_connection(
+    fork: YouzanCluster, connect: Connect, command: bytes, error: bytes
+) -> None:
+    client = connect(0)
+    client.send(command + b"PUB plain 0\n\0\0\0\5after")
+    assert client.error().startswith(error)
+    assert client.response() == b"OK"
+    assert [m.body for m in fork.stored("plain")] == [b"after"]
+
+
+def test_the_extend_header_as_the_fork_reads_it(fork: YouzanCluster, connect: Connect) -> None:
+    """Any JSON value is a header (one not an object has no keys), a tag that is no
+    string is no tag, and MPUB_EXT takes a message with an empty header as a plain one,
+    on any topic."""
+    client = connect(0)
+    client.command(b"PUB_EXT ext 0", ext_body(b"[]", b"array"))
+    assert client.response() == b"OK"
+    client.command(b"PUB_EXT ext 0", ext_body(b'{"##client_dispatch_tag":5}', b"number"))
+    assert client.response() == b"OK"
+    client.command(b"MPUB_EXT plain 0", mpub(ext_body(b"", b"a"), ext_body(b"", b"b")))
+    assert client.response() == b"OK"
+    stored = fork.stored("ext", 0) + fork.stored("plain", 0)
+    assert [(m.body, m.ext, m.tag) for m in stored] == [
+        (b"array", b"[]", ""),
+        (b"number", b'{"##client_dispatch_tag":5}', ""),
+        (b"a", b"", ""),
+        (b"b", b"", ""),
+    ]
+
+
+def test_too_much_waiting_is_fatal(fork: YouzanCluster, connect: Connect) -> None:
+    """The fork sends E_PUB_TOO_MUCH_WAITING as a fatal error (nsqdserver/protocol_v2.go):
+    the client may retry, on a new connection."""
+    fork.refuse_next("plain", 0, "E_PUB_TOO_MUCH_WAITING")
+    client = connect(0)
+    client.send(b"PUB plain 0\n\0\0\0\1xNOP\n")
+    assert client.error().startswith(b"E_PUB_TOO_MUCH_WAITING pub too much waiting in the queue")
     assert client.is_closed()
 
 

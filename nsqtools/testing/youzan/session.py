@@ -19,11 +19,14 @@ from typing import Any, BinaryIO
 from nsqtools.testing.youzan.arguments import (
     CHANNEL_NAME,
     TOPIC_NAME,
+    check_ext_support,
     check_name,
     int_field,
+    output_buffer_timeout,
     partition_param,
     publish_answer,
     read_drafts,
+    refuse_create_topic,
     start_index,
 )
 from nsqtools.testing.youzan.reader import Closed, read_command, read_exactly
@@ -31,7 +34,6 @@ from nsqtools.testing.youzan.state import Channel, Partition, Store, StoredMessa
 from nsqtools.testing.youzan.wire import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_MSG_TIMEOUT_MS,
-    DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS,
     EXT_VERSION_JSON,
     EXT_VERSION_NONE,
     FRAME_ERROR,
@@ -42,7 +44,6 @@ from nsqtools.testing.youzan.wire import (
     MAX_MSG_TIMEOUT_MS,
     MAX_RDY_COUNT,
     MAX_REQ_TIMEOUT_MS,
-    MIN_OUTPUT_BUFFER_TIMEOUT_MS,
     OK,
     OUTPUT_BUFFER_SIZE,
     PUB_COMMANDS,
@@ -51,6 +52,7 @@ from nsqtools.testing.youzan.wire import (
     Refusal,
     invalid,
     not_in_flight,
+    unknown_command,
 )
 
 # A peer that stopped reading still gets its fatal error frame: how long to wait for it
@@ -132,11 +134,11 @@ class ForkSession:
             b"CLS": self._close_wait,
         }
         if name == b"AUTH":
-            raise Refusal("E_AUTH_DISABLED", "AUTH disabled")  # auth_required is false
+            raise Refusal("E_AUTH_DISABLED", "AUTH Disabled")  # auth_required is false
+        if name == b"INTERNAL_CREATE_TOPIC":
+            refuse_create_topic(params)
         if name not in handlers:
-            # SUB_ORDER (the design doc's name) among them; INTERNAL_CREATE_TOPIC too:
-            # it is for non-cluster mode only, and this is a cluster.
-            raise invalid("invalid command")
+            raise unknown_command([name, *params])  # SUB_ORDER (the design doc's name) too
         return handlers[name](params)
 
     def _refuse(self, refusal: Refusal) -> None:
@@ -199,7 +201,7 @@ class ForkSession:
             "sample_rate": self.sample_rate,
             "auth_required": False,
             "output_buffer_size": OUTPUT_BUFFER_SIZE,
-            "output_buffer_timeout": _output_buffer_timeout(
+            "output_buffer_timeout": output_buffer_timeout(
                 int_field(request, "output_buffer_timeout", 0)
             ),
         }
@@ -223,8 +225,7 @@ class ForkSession:
                 raise refusal
             if not self.store.topics[topic_name].writable:
                 raise Refusal("E_FAILED_ON_NOT_WRITABLE", fatal=False)
-            if name.endswith(b"_EXT") and not partition.topic.extend:
-                raise Refusal("E_EXT_NOT_SUPPORT")
+            check_ext_support(name, drafts, partition)
             stored = [self.store.append(partition, draft, timestamp) for draft in drafts]
         return publish_answer(name, drafts, stored)
 
@@ -435,13 +436,3 @@ class ForkSession:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
-
-
-def _output_buffer_timeout(requested: int) -> int:
-    """The fork's client_v2: -1 turns the buffer timeout off, 0 keeps the default (50 ms,
-    spec: IDENTIFY's answer), below 10 ms is raised to 10. (Its upper bound is not kept.)"""
-    if requested == -1:
-        return 0
-    if requested == 0:
-        return DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS
-    return max(requested, MIN_OUTPUT_BUFFER_TIMEOUT_MS)
