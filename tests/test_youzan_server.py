@@ -632,21 +632,24 @@ def tagged(fork: YouzanCluster, tag: str) -> StoredMessage:
     return fork.inject("ext", 0, tag.encode() or b"untagged", ext=header, tag=tag)
 
 
-def tag_consumer(connect: Connect, tag: str = "") -> Client:
+def tag_consumer(connect: Connect, tag: str = "", ready: int = 5) -> Client:
     """A consumer of channel ch of "ext" partition 0 with this desired_tag ("" none)."""
     client = connect(0)
     client.identify(extend_support=True, **({"desired_tag": tag} if tag else {}))
     client.command(b"SUB ext ch 0")
     assert client.response() == b"OK"
-    client.command(b"RDY 5")
+    client.command(b"RDY %d" % ready)
     return client
 
 
 def test_a_tagged_message_goes_to_its_tags_consumers_the_others_to_the_untagged(
     fork: YouzanCluster, connect: Connect
 ) -> None:
-    reds, others = tag_consumer(connect, "red"), tag_consumer(connect)
+    reds, others = tag_consumer(connect, "red", ready=0), tag_consumer(connect)
     red, blue, untagged, red_again = (tagged(fork, tag) for tag in ("red", "blue", "", "red"))
+    # red waits for its tag's consumer, not ready yet, and the channel with it.
+    assert others.quiet()
+    reds.command(b"RDY 5")
     # blue has no consumer of its tag: it goes to the untagged consumer.
     assert [reds.message(), reds.message()] == [
         message_frame(m, 1, ext=m.ext) for m in (red, red_again)
