@@ -849,6 +849,17 @@ def test_the_extend_header_as_the_fork_reads_it(fork: YouzanCluster, connect: Co
     ]
 
 
+@pytest.mark.parametrize("code", ["E_EXT_NOT_SUPPORT", "E_INVALID_JSON_HEADER", "E_PUB_FAILED"])
+def test_a_scripted_refusal_of_a_pub_is_as_fatal_as_the_forks(
+    fork: YouzanCluster, connect: Connect, code: str
+) -> None:
+    fork.refuse_next("plain", 0, code)
+    client = connect(0)
+    client.send(b"PUB plain 0\n\0\0\0\1xPUB plain 0\n\0\0\0\1y")
+    assert client.error().startswith(code.encode() + b" ")
+    assert client.response() == b"OK"
+
+
 def test_too_much_waiting_is_fatal(fork: YouzanCluster, connect: Connect) -> None:
     """The fork sends E_PUB_TOO_MUCH_WAITING as a fatal error (nsqdserver/protocol_v2.go):
     the client may retry, on a new connection."""

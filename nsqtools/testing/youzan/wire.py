@@ -61,10 +61,21 @@ ERROR_DESCRIPTIONS: dict[str, str] = {
     "E_BAD_EXT": "the extend header is malformed",
     "E_BAD_TAG": "the dispatch tag is not valid",
 }
-# Not-leader and not-writable are non-fatal on PUB ("but fatal on SUB"). Every other
-# code closes the connection, E_PUB_TOO_MUCH_WAITING too: the fork sends it as a
-# FatalClientErr (the page's "treat it as retryable" is the client's business).
-NON_FATAL_ON_PUB = frozenset({"E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE"})
+# The codes the fork answers a PUB-family command with and keeps the connection:
+# not-leader and not-writable ("but fatal on SUB"), the extend header's errors and a
+# failed write. Every other code closes it, E_PUB_TOO_MUCH_WAITING too: the fork sends
+# it as a FatalClientErr (the page's "treat it as retryable" is the client's business).
+NON_FATAL_ON_PUB = frozenset(
+    {
+        "E_FAILED_ON_NOT_LEADER",
+        "E_FAILED_ON_NOT_WRITABLE",
+        "E_EXT_NOT_SUPPORT",
+        "E_INVALID_JSON_HEADER",
+        "INVALID_TRACE_ID",
+        "E_PUB_FAILED",
+        "E_MPUB_FAILED",
+    }
+)
 
 
 def trace_answer(internal_id: int, trace_id: int, offset: int, raw_size: int) -> bytes:
