@@ -23,6 +23,10 @@ our CLI as subprocesses against it, and it must keep going while their loops blo
         ... point a client at fork.lookupd_http_address ...
         fork.stored("t"), fork.finished("t", "ch"), fork.commands()
 
+As on the fork, a channel first made by a SUB starts at the end of its partition, and a
+topic is writable only once it has a channel: name in ForkTopic(channels=...) the
+channels a test reads injected messages from, or subscribe before storing them.
+
 This package is that one face; its modules, from the bottom up:
 
 - wire.py: the fork's constants (version, frames, limits, error texts) and Refusal;

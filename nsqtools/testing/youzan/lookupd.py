@@ -69,8 +69,8 @@ class Lookupd:
         if not topic.writable:
             return []
         kept = [p for p in partitions if p.channels]
-        if not kept:
-            raise HttpError(500, "Topic has no channel, should init at least one for the new topic")
+        if not kept:  # spec, Observed: nsqlookupd: 404 in the v1 envelope (wrapped: 500)
+            raise HttpError(404, "Topic has no channel, should init at least one for the new topic")
         return kept
 
     def _meta(self, config: ForkTopic) -> dict[str, Any]:
