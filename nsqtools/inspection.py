@@ -255,8 +255,8 @@ def _node_row(node: NodeStats, registered: RegisteredNsqd | None) -> NsqdRow:
         topics=tuple(sorted({topic.topic_name for topic in topics})),
         channel_count=len({(t.topic_name, c.channel_name) for t in topics for c in t.channels}),
         partition_count=sum(topic.partition is not None for topic in topics),
-        depth=sum(topic.depth for topic in node.stats.topics),
-        message_count=sum(topic.message_count for topic in node.stats.topics),
+        depth=sum(topic.depth for topic in topics),
+        message_count=sum(topic.message_count for topic in topics),
         client_count=sum(channel.client_count for channel in channels),
     )
 

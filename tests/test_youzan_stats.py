@@ -41,7 +41,7 @@ def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("NSQ_")}
     return subprocess.run(
         [*our_tool(tool), *args],
-        env=environment,
+        env=environment | {"COLUMNS": "200"},  # rich's tables: room for every column
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -101,6 +101,15 @@ def test_nsq_stat_plain_report_sums_the_partitions(fork: YouzanCluster) -> None:
     *_, topic_line, channel_line = result.stdout.splitlines()
     assert topic_line.split()[-3:] == ["6", "-", "t"]  # messages summed, no clients, name
     assert channel_line.split()[-3:] == ["6", "0", "t/ch"]  # messages, clients, name
+
+
+def test_nsq_stat_table_has_a_row_per_partition(fork: YouzanCluster) -> None:
+    args = [f"--topic={TOPIC}", f"--channel={CHANNEL}", lookupd(fork), "--format=table"]
+    result = run("nsq_stat", *args, "--count=1", "--interval=10ms")
+    assert result.returncode == 0, result.stderr
+    first, second = fork.nsqd_http_addresses
+    for node in (f"{first} p0", f"{first} p2", f"{second} p1"):
+        assert node in result.stdout, result.stdout
 
 
 def test_nsq_topics_sums_partitions_and_names_each_nsqd_once(fork: YouzanCluster) -> None:

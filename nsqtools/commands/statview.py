@@ -1,9 +1,10 @@
 """nsq_stat's live table (rich), redrawn in place after every poll.
 
 One row for the channel asked for, or for the topic and each channel; under each, a
-row per nsqd when there are several; the rates' history as sparklines, paused rows
-marked, e2e latency percentiles when nsqd tracks them (--e2e-processing-latency-
-percentile); below, the servers that failed and a topic or channel not found yet.
+row per nsqd when there are several (per partition of the Youzan fork, "address pN");
+the rates' history as sparklines, paused rows marked, e2e latency percentiles when nsqd
+tracks them (--e2e-processing-latency-percentile); below, the servers that failed and
+a topic or channel not found yet.
 Imported only for a table: plain and JSON output never load rich's renderers.
 """
 
