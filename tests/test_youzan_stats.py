@@ -122,6 +122,14 @@ def test_nsq_topics_sums_partitions_and_names_each_nsqd_once(fork: YouzanCluster
     assert row["channels"] == [CHANNEL]
 
 
+def test_nsq_topics_through_one_nsqd_sums_its_partitions(fork: YouzanCluster) -> None:
+    address = fork.nsqd_http_addresses[0]
+    (row,) = nsq_json("topics", f"--nsqd-http-address={address}")["topics"]
+    assert (row["nodes"], row["partitions"]) == ([address], [0, 2])
+    assert row["message_count"] == 1 + 3
+    assert row["depth"] == topic_bytes(fork, 0, 2)
+
+
 def test_nsq_topic_has_a_row_per_partition(fork: YouzanCluster) -> None:
     view = nsq_json("topic", TOPIC, lookupd(fork))
     rows = [(row["nodes"], row["partitions"], row["message_count"]) for row in view["nodes"]]
@@ -170,6 +178,8 @@ def test_nsq_channel_reads_client_num_and_lists_clients_by_partition(
         assert view["total"]["depth"] == 6
     finally:
         consumer.sock.close()
+        # The other tests share the cluster and count no client.
+        wait_until(lambda: fork.connections() == 0, WAIT, "the consumer gone")
 
 
 def test_nsq_channels_sums_the_partitions(fork: YouzanCluster) -> None:
