@@ -10,7 +10,8 @@ YouzanCluster owns one nsqlookupd HTTP API (/lookup with partitions and meta, th
 wrapped 0.3.x envelope or the bare v1 one, /listlookup, /info, /topics, /channels,
 /nodes) and N nsqds on the TCP protocol (PUB and its TRACE/EXT variants, SUB,
 SUB_ADVANCED, SUB_ORDERED, binary message ids read at fixed length, the fork's error
-codes), each with a minimal HTTP API (/ping and /info only). It also owns the state they
+codes), each with its HTTP API (/ping, /info, /stats in the fork's shape, /pub,
+/pubtrace). It also owns the state they
 share: every topic's partitions and their stored messages, each channel's delivery
 state, every command received. Tests script it: inject messages, refuse the next
 publish with an error code, move a partition's leader, make a topic unwritable.
@@ -35,6 +36,7 @@ This package is that one face; its modules, from the bottom up:
 - reader.py: commands read off a client's stream, ids at fixed length;
 - session.py: one client connection on the TCP protocol (reader and delivery threads);
 - httpapi.py: the HTTP server and the 0.3.x or v1 envelope both daemons answer with;
+- stats.py: one nsqd's /stats document, in the fork's shape;
 - nsqd.py: one nsqd's listener, HTTP API and peer record;
 - lookupd.py: the nsqlookupd's HTTP API;
 - cluster.py: YouzanCluster, its threads, and what tests script and read.

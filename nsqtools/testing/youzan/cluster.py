@@ -33,7 +33,7 @@ class YouzanCluster(StartsAndStops):
         self._store = Store(nsqd_count)
         for topic in topics:
             self._store.add_topic(topic)
-        self._nsqds = [ForkNsqd(index) for index in range(nsqd_count)]
+        self._nsqds = [ForkNsqd(index, self._store) for index in range(nsqd_count)]
         self._lookupd = Lookupd(self._store, self._nsqds)
         self.lookupd_http_address = self._lookupd.http_address
         self.nsqd_tcp_addresses = [nsqd.tcp_address for nsqd in self._nsqds]
@@ -67,6 +67,7 @@ class YouzanCluster(StartsAndStops):
             if self._started:
                 server.shutdown()
             server.server_close()
+        self._lookupd.close()
         with self._store.lock:
             sessions = list(self._store.sessions)
         for session in sessions:

@@ -76,6 +76,10 @@ class ForkSession:
         self.file: BinaryIO = sock.makefile("rb")
         self.write_lock = threading.Lock()
         self.closed = False
+        # For nsqd's /stats: who the client is and since when.
+        self.remote_address = _peer_of(sock)
+        self.connect_ts = int(time.time())
+        self.identity: dict[str, Any] = {}  # what IDENTIFY sent
         # Negotiated in IDENTIFY.
         self.identified = False
         self.heartbeat_ms = DEFAULT_HEARTBEAT_MS
@@ -168,6 +172,7 @@ class ForkSession:
         msg_timeout = int_field(request, "msg_timeout", 0)
         with self.store.lock:
             self.identified = True
+            self.identity = request
             # -1 disables heartbeats, 0 keeps the default. Any positive interval is
             # taken as it is (nsqd wants 1 s or more): fast heartbeats for tests.
             if heartbeat:
@@ -436,3 +441,12 @@ class ForkSession:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _peer_of(sock: socket.socket) -> str:
+    """The client's "ip:port"; "" when it is gone already."""
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return ""
+    return f"{host}:{port}"

@@ -110,6 +110,8 @@ class Channel:
         self.attempts: dict[bytes, int] = {}
         self.sessions: list[ForkSession] = []
         self.ordered = False
+        self.requeue_count = 0  # REQs (nsqd's channel requeue_count)
+        self.timeout_count = 0  # messages that timed out in flight
 
     def seek(self, start: int) -> None:
         """Send from partition.messages[start] on (SUB_ADVANCED); what is in flight stays."""
@@ -159,8 +161,21 @@ class Channel:
         return entry
 
     def requeue(self, message: StoredMessage, ready_at: float) -> None:
+        """A REQ: the message waits again, and /stats counts it."""
+        self.requeue_count += 1
+        self._put_back(message, ready_at)
+
+    def _put_back(self, message: StoredMessage, ready_at: float) -> None:
         entry = _Waiting(message, ready_at)
         bisect.insort(self.waiting, entry, key=lambda w: w.message.offset)
+
+    def unconsumed(self) -> list[StoredMessage]:
+        """What the channel has not finished: waiting, in flight, and not yet pulled
+        (/stats's depth)."""
+        pending = [w.message for w in self.waiting]
+        pending += [entry.message for entry in self.in_flight.values()]
+        pending += self.partition.messages[self.cursor :]
+        return pending
 
     def expire(self, now: float) -> bool:
         """Requeue what timed out; True if anything did."""
@@ -168,7 +183,8 @@ class Channel:
         for key in expired:
             entry = self.in_flight.pop(key)
             entry.session.in_flight -= 1
-            self.requeue(entry.message, now)
+            self._put_back(entry.message, now)
+        self.timeout_count += len(expired)
         return bool(expired)
 
     def drop_session(self, session: ForkSession, now: float) -> None:
@@ -179,7 +195,7 @@ class Channel:
         for key, entry in list(self.in_flight.items()):
             if entry.session is session:
                 del self.in_flight[key]
-                self.requeue(entry.message, now)
+                self._put_back(entry.message, now)
         session.in_flight = 0
 
     def next_event(self, now: float) -> float | None:
