@@ -67,6 +67,7 @@ class YouzanCluster(StartsAndStops):
             if self._started:
                 server.shutdown()
             server.server_close()
+        self._lookupd.close()
         with self._store.lock:
             sessions = list(self._store.sessions)
         for session in sessions:
@@ -144,9 +145,10 @@ class YouzanCluster(StartsAndStops):
         on: Literal["pub", "sub"] = "pub",
     ) -> None:
         """Answer the next `times` PUB-family commands to the partition (or SUB-family ones,
-        with on="sub") with this error code. On PUB, not-leader, not-writable and
-        E_PUB_TOO_MUCH_WAITING leave the connection open; every other code, and every
-        code on SUB, closes it."""
+        with on="sub") with this error code. On PUB the codes the fork sends as non-fatal
+        (not-leader, not-writable, ...: wire.NON_FATAL_ON_PUB) leave the connection open;
+        every other code, E_PUB_TOO_MUCH_WAITING among them, and every code on SUB, closes
+        it."""
         with self._store.lock:
             self._store.partition(topic, partition).refusals[on].extend([code] * times)
 

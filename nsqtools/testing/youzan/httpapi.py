@@ -1,6 +1,8 @@
 """HTTP as the fork's daemons serve it, for the lookupd's API and each nsqd's: a threaded
 server on loopback whose routes answer data, and the 0.3.x envelope around it or, for a
 client that asked for v1, the data bare. Routes get the path, the query and the body.
+An unknown path is answered in v1's form whatever the client asked (the fork's
+router.NotFound is decorated with V1), as are routes the fork serves in v1 only.
 """
 
 from __future__ import annotations
@@ -45,15 +47,28 @@ def _enveloped(route: Route, path: str, query: dict[str, str], body: bytes, v1: 
         data = route(path, query, body)
     except HttpError as error:
         if v1:
-            return HttpReply(error.status, _json({"message": error.message}), _V1_HEADERS)
+            return v1_error(error)
         return HttpReply(
             500, _json({"status_code": 500, "status_txt": error.message, "data": None})
         )
     if isinstance(data, HttpReply):
         return data
     if v1:
-        return HttpReply(200, _json(data), _V1_HEADERS)
+        return v1_reply(data)
     return HttpReply(200, _json({"status_code": 200, "status_txt": "OK", "data": data}))
+
+
+def v1_reply(data: Any) -> HttpReply:
+    return HttpReply(200, _json(data), _V1_HEADERS)
+
+
+def v1_error(error: HttpError) -> HttpReply:
+    return HttpReply(error.status, _json({"message": error.message}), _V1_HEADERS)
+
+
+def not_found() -> HttpReply:
+    """An unknown path: 404 {"message":"NOT_FOUND"}, in v1's form for every client."""
+    return v1_error(HttpError(404, "NOT_FOUND"))
 
 
 _V1_HEADERS = (
