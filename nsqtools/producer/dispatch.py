@@ -1,9 +1,9 @@
 """Getting each batch acknowledged: which nsqd it goes to (every one in "all" mode, the
 host policy's pick in the others, its partition's leader on the Youzan fork), and what
 each answer means for it: done; cut again under the limit nsqd named; tried again, on
-another nsqd or on the same one once redialed, after a failed connection; rerouted when
-its partition moved; or failed. A batch is resolved in the ledger once every part of it
-has its outcome.
+another nsqd or on the same one once redialed, after a failed connection; held and
+rerouted when its partition moved, is moving or is busy; or failed. A batch is resolved
+in the ledger once every part of it has its outcome.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from nsqtools.errors import ConnectError, NsqError, NsqErrorResponse
 from nsqtools.hostpolicy import HostPolicy
 from nsqtools.partitions import Partitions
 from nsqtools.producer.encoding import SIZE_ERRORS, cut_points
-from nsqtools.producer.leaders import LeaderRouting, moved
+from nsqtools.producer.leaders import LeaderRouting, refused_for_partition
 from nsqtools.producer.node import Node, is_transient
 from nsqtools.producer.outcomes import BatchPart, OutcomeLedger, PublishBatch
 
@@ -92,9 +92,9 @@ class Dispatcher:
             if self._policy is not None:
                 self._policy.mark_success(node.index, now, response_time)
             self._settle(part)
-        elif self.leaders is not None and moved(error):
+        elif self.leaders is not None and refused_for_partition(error):
             assert isinstance(error, NsqErrorResponse)
-            self.leaders.reroute(part, error)
+            self.leaders.refused(part, error)
         elif isinstance(error, NsqErrorResponse) and error.code in SIZE_ERRORS:
             self._cut_again(node, part, error)
         elif is_transient(error):
