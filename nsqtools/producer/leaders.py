@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import trio
 
@@ -32,6 +32,14 @@ FIRST_LOOKUP_DELAY = 0.1
 MAX_LOOKUP_DELAY = 1.0
 
 
+@dataclass
+class _Held:
+    """Parts waiting for their partition's leader, and the last reason there is none."""
+
+    parts: list[BatchPart]
+    reason: NsqError | None
+
+
 class LeaderRouting:
     """Sends parts to their partition's leader, through a node per leader. Answers go
     to on_part as every node's do; a part that cannot be routed goes to fail."""
@@ -50,6 +58,9 @@ class LeaderRouting:
         self._on_part = on_part
         self._fail = fail
         self._leaders: dict[str, Node] = {}  # by address, dialed as batches need them
+        # Parts waiting for a partition's leader, by topic and partition (None: for
+        # the topic's first lookup).
+        self._held: dict[tuple[str, int | None], _Held] = {}
         self._nursery: trio.Nursery | None = None
 
     def start(self, nursery: trio.Nursery) -> None:
@@ -61,7 +72,7 @@ class LeaderRouting:
         batch = part.batch
         assert batch.fork is not None
         if not self.partitions.knows(batch.topic):
-            self._look_up_later(part, 0.0)
+            self.hold(part, None)
             return
         if batch.fork.partition is None:  # its topic was not known when it was made
             try:
@@ -74,6 +85,10 @@ class LeaderRouting:
                 return
         partition = batch.fork.partition
         assert partition is not None
+        held = self._held.get((batch.topic, partition))
+        if held is not None:  # behind those already waiting for the leader
+            held.parts.append(part)
+            return
         address = self.partitions.leader(batch.topic, partition)
         if address is None:
             problem = f"no nsqd leads partition {partition} of {batch.topic} now"
@@ -110,41 +125,71 @@ class LeaderRouting:
         hint = youzan.explain_for_partition(error.code, fork.partition)
         self.hold(part, NsqErrorResponse(error.address, error.code, error.message, hint))
 
-    def hold(self, part: BatchPart, reason: NsqError) -> None:
-        """Look the topic up again after a backoff and send the part then; fail it with
-        `reason` once it has waited for partition_wait."""
+    def hold(self, part: BatchPart, reason: NsqError | None) -> None:
+        """Hold the part with the others waiting for its partition's leader (or its
+        topic's lookup), to be sent, in their first order, once nsqlookupd names one:
+        the order of an ordered topic's partition holds through a move."""
+        fork = part.batch.fork
+        key = (part.batch.topic, None if fork is None else fork.partition)
         now = trio.current_time()
         if part.held_since is None:
             part.held_since = now
         wait = self._config.partition_wait
-        if now - part.held_since >= wait:
+        if reason is not None and now - part.held_since >= wait:
             self._fail(part, PartitionError(f"{reason}; waited {format_duration(wait)}"))
             return
-        if not part.holds:
-            log.warning(
-                "%s; looking up %s again for up to %s",
-                reason,
-                part.batch.topic,
-                format_duration(wait),
-            )
-        delay = 0.0 if not part.holds else FIRST_LOOKUP_DELAY * 2 ** (part.holds - 1)
         part.holds += 1
-        self._look_up_later(part, min(delay, MAX_LOOKUP_DELAY))
-
-    def _look_up_later(self, part: BatchPart, delay: float) -> None:
-        self._require_nursery().start_soon(self._send_after_lookup, part, delay)
-
-    async def _send_after_lookup(self, part: BatchPart, delay: float) -> None:
-        await trio.sleep(delay)
-        try:
-            await self.partitions.refresh(part.batch.topic)
-        except NoWritablePartition as error:
-            self.hold(part, error)  # "an empty partition list means again"
+        held = self._held.get(key)
+        if held is not None:
+            held.parts.append(part)
             return
-        except NsqError as error:
-            self._fail(part, error)
-            return
-        self.send(part)
+        self._held[key] = _Held([part], reason)
+        if reason is not None and part.holds == 1:
+            log.warning(
+                "%s; looking up %s again for up to %s", reason, key[0], format_duration(wait)
+            )
+        self._require_nursery().start_soon(self._wait_for_leader, key)
+
+    async def _wait_for_leader(self, key: tuple[str, int | None]) -> None:
+        """Look the topic up, at once then with backoff, until the partition has a
+        leader, failing the parts that waited partition_wait meanwhile."""
+        topic, partition = key
+        held = self._held[key]
+        # A part refused again and again (the leader named still refuses it) waits longer
+        # each time: never back-to-back lookups.
+        lookups = held.parts[0].holds - 1
+        while held.parts:
+            delay = 0.0 if not lookups else FIRST_LOOKUP_DELAY * 2 ** (lookups - 1)
+            await trio.sleep(min(delay, MAX_LOOKUP_DELAY))
+            lookups += 1
+            try:
+                await self.partitions.refresh(topic)
+            except NoWritablePartition as error:  # "an empty partition list means again"
+                held.reason = error
+            except NsqError as error:  # no such topic, no lookupd: waiting will not help
+                self._release(key, error)
+                return
+            else:
+                if partition is None or self.partitions.leader(topic, partition) is not None:
+                    break
+            self._fail_overdue(held)
+        self._release(key, None)
+
+    def _fail_overdue(self, held: _Held) -> None:
+        now = trio.current_time()
+        wait = self._config.partition_wait
+        overdue = [part for part in held.parts if now - (part.held_since or now) >= wait]
+        for part in overdue:
+            held.parts.remove(part)
+            self._fail(part, PartitionError(f"{held.reason}; waited {format_duration(wait)}"))
+
+    def _release(self, key: tuple[str, int | None], error: NsqError | None) -> None:
+        """Send the held parts in their first order, or fail them all with `error`."""
+        for part in sorted(self._held.pop(key).parts, key=lambda part: part.order):
+            if error is None:
+                self.send(part)
+            else:
+                self._fail(part, error)
 
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None:
