@@ -89,6 +89,7 @@ async def test_an_unknown_topic_fails_its_own_publishes_and_the_block_returns(
 # -- item 3: a leader move loses nothing ---------------------------------------------------
 
 MOVE_WINDOW = 1.0  # within what a running fork took ("0.5-1.4 s")
+SPARK_WAIT = 90.0  # for Spark's micro-batches on two busy cores
 
 
 async def test_a_producer_holds_its_batches_through_a_leader_move(fork: YouzanCluster) -> None:
@@ -151,6 +152,42 @@ def test_to_nsq_publishes_every_record_through_a_leader_move(fork: YouzanCluster
         process.wait()
     assert process.returncode == 0, stderr
     assert [message.body for message in fork.stored("solo")] == records
+
+
+@pytest.mark.slow  # a Spark job
+def test_the_spark_sink_publishes_every_row_through_a_leader_move(
+    spark: Any, fork: YouzanCluster, tmp_path: Path
+) -> None:
+    """Text files in, one per micro-batch; the partition's leader moves after the first."""
+    from nsqtools.spark import register
+
+    register(spark)
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    sent = [f"row{n:03d}".encode() for n in range(400)]
+    for part in range(4):
+        (incoming / f"part{part}.txt").write_bytes(b"\n".join(sent[part * 100 : part * 100 + 100]))
+    stream = (
+        spark.readStream.option("maxFilesPerTrigger", "1")
+        .text(str(incoming))
+        .withColumnRenamed("value", "body")
+    )
+    query = (
+        stream.writeStream.format("nsq")
+        .option("lookupd_http_addresses", fork.lookupd_http_address)
+        .option("topic", "solo")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        wait_until(lambda: len(fork.stored("solo")) > 0, SPARK_WAIT, "the first batch")
+        fork.move_partition("solo", 0, 1, window=MOVE_WINDOW)
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert {message.body for message in fork.stored("solo")} == set(sent)
+    assert fork.commands(1)  # the new leader took some
 
 
 # -- item 8: the round robin's start, back pressure, the error lines ----------------------

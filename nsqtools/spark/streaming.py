@@ -19,7 +19,8 @@ messages were requeued (or time out) and come back from nsqd in later batches.
 The sink publishes each task's rows (a `body` column; a `topic` column or the topic
 option) with the pipelined producer; the task, and so the batch, succeeds only when
 every message is acknowledged, and an nsqd that restarts meanwhile is redialed
-(reconnect_timeout).
+(reconnect_timeout). Given lookupd_http_addresses (the Youzan fork's), it publishes to
+each partition's leader, in turn, and waits through a leader move (partition_wait).
 
 Options of both: nsqd_tcp_addresses or lookupd_http_addresses (comma-separated), and
 any go-nsq option by its name (tls_v1, auth_secret, msg_timeout, ...). The source's:
@@ -58,6 +59,7 @@ from nsqtools.consumer import Consumer, ConsumerOptions, ReceivedBatch, open_con
 from nsqtools.durations import parse_duration
 from nsqtools.errors import NsqError
 from nsqtools.formats import message_id
+from nsqtools.partitions import Partitions
 from nsqtools.producer import MODES, open_producer
 from nsqtools.protocol import Message
 
@@ -440,6 +442,7 @@ async def _end_with_parent() -> None:
 class SinkSettings:
     topic: str  # "": each row's topic column
     nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]  # the Youzan fork's: to the partitions' leaders
     mode: str
     reconnect_timeout: float
     config: ClientConfig
@@ -447,8 +450,12 @@ class SinkSettings:
     @classmethod
     def of(cls, options: Mapping[str, str]) -> SinkSettings:
         nsqd = _addresses(options, "nsqd_tcp_addresses")
-        if not nsqd:
-            raise OptionError('format("nsq") sink needs .option("nsqd_tcp_addresses", ...)')
+        lookupd = _addresses(options, "lookupd_http_addresses")
+        if bool(nsqd) == bool(lookupd):
+            raise OptionError(
+                'format("nsq") sink needs .option("nsqd_tcp_addresses", ...) or, on the '
+                'Youzan fork, .option("lookupd_http_addresses", ...), not both'
+            )
         mode = options.get("mode", "round-robin")
         if mode not in MODES:
             raise OptionError(f"mode must be one of {', '.join(MODES)}: {mode!r}")
@@ -457,7 +464,7 @@ class SinkSettings:
         except ValueError as error:
             raise OptionError(f"reconnect_timeout: {error}") from None
         config = _config(options, _SINK_OPTIONS)
-        return cls(options.get("topic", ""), nsqd, mode, reconnect_timeout, config)
+        return cls(options.get("topic", ""), nsqd, lookupd, mode, reconnect_timeout, config)
 
 
 @dataclass
@@ -486,13 +493,22 @@ class NsqStreamWriter(DataSourceStreamWriter):
 
     async def _publish(self, by_topic: dict[str, list[bytes]]) -> None:
         settings = self.settings
-        producing = open_producer(
-            settings.nsqd_tcp_addresses,
-            settings.config,
-            settings.mode,
-            reconnect_timeout=settings.reconnect_timeout,
-        )
-        async with producing as producer:
+        async with contextlib.AsyncExitStack() as stack:
+            partitions = None
+            if settings.lookupd_http_addresses:
+                partitions = await stack.enter_async_context(
+                    Partitions(settings.lookupd_http_addresses, settings.config)
+                )
+            producer = await stack.enter_async_context(
+                open_producer(
+                    settings.nsqd_tcp_addresses,
+                    settings.config,
+                    # Through the fork's lookupd, each batch goes to its partition's leader.
+                    settings.mode if partitions is None else "all",
+                    reconnect_timeout=settings.reconnect_timeout,
+                    partitions=partitions,
+                )
+            )
             for topic, bodies in by_topic.items():
                 await producer.put_many(topic, bodies)
             await producer.flush()
