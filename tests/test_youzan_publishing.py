@@ -218,6 +218,25 @@ async def test_too_much_waiting_is_retried_with_backoff(fork: YouzanCluster) -> 
     ] * 4
 
 
+def test_to_nsq_to_one_nsqd_retries_too_much_waiting(fork: YouzanCluster) -> None:
+    """Without the fork's lookupd too: back pressure is retried, not fatal."""
+    fork.refuse_next("yz", 0, "E_PUB_TOO_MUCH_WAITING", times=3)
+    result = subprocess.run(
+        [
+            str(BIN / "to_nsq"),
+            f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[0]}",
+            "--topic=yz",
+            "--partition=0",
+        ],
+        input=b"a\nb\n",
+        capture_output=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [message.body for message in fork.stored("yz", 0)] == [b"a", b"b"]
+
+
 async def test_a_refusal_names_the_partition_not_led(fork: YouzanCluster) -> None:
     fork.refuse_next("yz", 1, "E_FAILED_ON_NOT_LEADER", times=1000)
     with trio.fail_after(DEADLINE):

@@ -159,8 +159,7 @@ class LeaderRouting:
         # each time: never back-to-back lookups.
         lookups = held.parts[0].holds - 1
         while held.parts:
-            delay = 0.0 if not lookups else FIRST_LOOKUP_DELAY * 2 ** (lookups - 1)
-            await trio.sleep(min(delay, MAX_LOOKUP_DELAY))
+            await trio.sleep(retry_delay(lookups))
             lookups += 1
             try:
                 await self.partitions.refresh(topic)
@@ -195,6 +194,14 @@ class LeaderRouting:
         if self._nursery is None:
             raise RuntimeError("the producer is not running")
         return self._nursery
+
+
+def retry_delay(tries: int) -> float:
+    """How long to wait before trying again after `tries` tries: none after the first,
+    then FIRST_LOOKUP_DELAY, doubling up to MAX_LOOKUP_DELAY."""
+    if not tries:
+        return 0.0
+    return min(FIRST_LOOKUP_DELAY * 2.0 ** (tries - 1), MAX_LOOKUP_DELAY)
 
 
 def refused_for_partition(error: NsqError) -> bool:
