@@ -42,8 +42,22 @@ class NoWritablePartition(PartitionError):
     A leader move looks so for a while ("partitions:{}"): look again later."""
 
 
+# While a topic has no writable partition, it is looked up again at once, then after
+# 0.1 s, 0.2 s, ... 1 s: "a publisher must wait and look up again for a few seconds, not
+# give up after a handful of back-to-back lookups".
+FIRST_LOOKUP_DELAY = 0.1
+MAX_LOOKUP_DELAY = 1.0
+
 # Where each Partitions' round robin starts: the next of these, modulo the partition count.
 _FIRST_TURNS = itertools.count(random.randrange(1 << 16))
+
+
+def retry_delay(tries: int) -> float:
+    """How long to wait before trying again after `tries` tries: none after the first,
+    then FIRST_LOOKUP_DELAY, doubling up to MAX_LOOKUP_DELAY."""
+    if not tries:
+        return 0.0
+    return min(FIRST_LOOKUP_DELAY * 2.0 ** (tries - 1), MAX_LOOKUP_DELAY)
 
 
 def shard_partition(key: bytes, partition_count: int) -> int:
@@ -94,6 +108,20 @@ class Partitions:
             del self._refreshing[topic]
             done.set()
         return self._topics[topic]
+
+    async def refresh_until_writable(self, topic: str) -> TopicLookup:
+        """refresh(), looking again with backoff while the topic has no writable
+        partition (during a leader move), for config.partition_wait at most."""
+        deadline = trio.current_time() + self.config.partition_wait
+        tries = 0
+        while True:
+            try:
+                return await self.refresh(topic)
+            except NoWritablePartition:
+                tries += 1
+                if trio.current_time() + retry_delay(tries) > deadline:
+                    raise
+            await trio.sleep(retry_delay(tries))
 
     async def _ask(self, topic: str) -> TopicLookup:
         from nsqtools import discovery

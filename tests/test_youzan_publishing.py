@@ -154,6 +154,24 @@ def test_to_nsq_publishes_every_record_through_a_leader_move(fork: YouzanCluster
     assert [message.body for message in fork.stored("solo")] == records
 
 
+def test_to_nsq_started_during_a_leader_move_waits_for_it(fork: YouzanCluster) -> None:
+    """nsqlookupd lists no writable partition meanwhile: "again", not a failure."""
+    fork.move_partition("solo", 0, 1, window=2 * MOVE_WINDOW)
+    result = subprocess.run(
+        [
+            str(BIN / "to_nsq"),
+            f"--lookupd-http-address={fork.lookupd_http_address}",
+            "--topic=solo",
+        ],
+        input=b"a\nb\n",
+        capture_output=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [message.body for message in fork.stored("solo")] == [b"a", b"b"]
+
+
 @pytest.mark.slow  # a Spark job
 def test_the_spark_sink_publishes_every_row_through_a_leader_move(
     spark: Any, fork: YouzanCluster, tmp_path: Path

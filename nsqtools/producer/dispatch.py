@@ -18,9 +18,9 @@ from nsqtools.config import ClientConfig
 from nsqtools.durations import format_duration
 from nsqtools.errors import ConnectError, NsqError, NsqErrorResponse
 from nsqtools.hostpolicy import HostPolicy
-from nsqtools.partitions import Partitions
+from nsqtools.partitions import Partitions, retry_delay
 from nsqtools.producer.encoding import SIZE_ERRORS, cut_points
-from nsqtools.producer.leaders import LeaderRouting, refused_for_partition, retry_delay
+from nsqtools.producer.leaders import LeaderRouting, refused_for_partition
 from nsqtools.producer.node import Node, is_transient
 from nsqtools.producer.outcomes import BatchPart, OutcomeLedger, PublishBatch
 

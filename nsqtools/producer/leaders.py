@@ -17,19 +17,13 @@ import trio
 from nsqtools.config import ClientConfig
 from nsqtools.durations import format_duration
 from nsqtools.errors import NsqError, NsqErrorResponse
-from nsqtools.partitions import NoWritablePartition, PartitionError, Partitions
+from nsqtools.partitions import NoWritablePartition, PartitionError, Partitions, retry_delay
 from nsqtools.producer.encoding import ForkPublish
 from nsqtools.producer.node import Node, PartHandler
 from nsqtools.producer.outcomes import BatchPart
 from nsqtools.protocol import LocalProtocolError, youzan
 
 log = logging.getLogger("nsqtools.producer")
-
-# A held batch's topic is looked up again at once, then after 0.1 s, 0.2 s, ... 1 s:
-# "a publisher must wait and look up again for a few seconds, not give up after a
-# handful of back-to-back lookups".
-FIRST_LOOKUP_DELAY = 0.1
-MAX_LOOKUP_DELAY = 1.0
 
 
 @dataclass
@@ -194,14 +188,6 @@ class LeaderRouting:
         if self._nursery is None:
             raise RuntimeError("the producer is not running")
         return self._nursery
-
-
-def retry_delay(tries: int) -> float:
-    """How long to wait before trying again after `tries` tries: none after the first,
-    then FIRST_LOOKUP_DELAY, doubling up to MAX_LOOKUP_DELAY."""
-    if not tries:
-        return 0.0
-    return min(FIRST_LOOKUP_DELAY * 2.0 ** (tries - 1), MAX_LOOKUP_DELAY)
 
 
 def refused_for_partition(error: NsqError) -> bool:

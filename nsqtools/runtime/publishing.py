@@ -123,7 +123,7 @@ class RecordPublisher:
         async with AsyncExitStack() as stack:
             if lookupds:
                 self.partitions = await stack.enter_async_context(Partitions(lookupds, config))
-                await self.partitions.refresh(self.topic)
+                await self.partitions.refresh_until_writable(self.topic)
             producer = await stack.enter_async_context(
                 open_producer(
                     addresses,
