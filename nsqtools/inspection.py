@@ -3,6 +3,10 @@ channels`, `nsq nodes`, `nsq topic`, `nsq channel`): each topic and channel summ
 the nsqds that hold it, every nsqd's own row beside the total, and message rates from
 two polls.
 
+The Youzan fork's nsqds answer one /stats entry per partition they hold: a topic's (and
+a channel's) partitions are summed like its nodes, and each node row is one partition
+of it (`partitions`). Upstream nsqds have none: their rows' `partitions` stay empty.
+
 Gathering asks the lookupds and the nsqds at once (nsqtools.cluster, .discovery); a node
 that cannot be asked is kept in the view's `failures` and never hides the others.
 Summing is sans-IO: the functions that build rows take /stats answers.
@@ -49,11 +53,12 @@ class TopicRow:
     paused_nodes: tuple[str, ...] = ()
     e2e_processing_latency: E2eLatency | None = None
     message_rate: float | None = None  # messages/s, when measured over two polls
+    partitions: tuple[int, ...] = ()  # the fork's partitions summed here, sorted
 
     @property
-    def key(self) -> tuple[str, ...]:
+    def key(self) -> tuple[object, ...]:
         """What a row is compared by across two polls."""
-        return (self.topic, *self.nodes)
+        return (self.topic, *self.nodes, self.partitions)
 
 
 @dataclass(frozen=True)
@@ -67,18 +72,20 @@ class ChannelRow:
     paused_nodes: tuple[str, ...] = ()
     e2e_processing_latency: E2eLatency | None = None
     message_rate: float | None = None
+    partitions: tuple[int, ...] = ()
 
     @property
-    def key(self) -> tuple[str, ...]:
-        return (self.topic, self.channel, *self.nodes)
+    def key(self) -> tuple[object, ...]:
+        return (self.topic, self.channel, *self.nodes, self.partitions)
 
 
 @dataclass(frozen=True)
 class ClientRow:
-    """A consumer connected to a channel on one nsqd."""
+    """A consumer connected to a channel on one nsqd (of one partition, on the fork)."""
 
     node: str
     client: ClientStats
+    partition: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class NsqdRow:
     topics: tuple[str, ...] = ()
     tombstoned_topics: tuple[str, ...] = ()
     channel_count: int = 0
+    partition_count: int = 0  # the fork's topic partitions it holds; 0 upstream
     depth: int = 0
     message_count: int = 0
     client_count: int = 0
@@ -107,27 +115,39 @@ class LookupdRow:
 
 
 def topic_row(topic: str, held: Sequence[tuple[str, TopicStats]]) -> TopicRow:
-    """The topic summed over the nodes holding it: (HTTP address, its stats of the topic)."""
+    """The topic summed over the nodes holding it: (HTTP address, its stats of the topic,
+    one entry per partition on the fork)."""
     return TopicRow(
         topic=topic,
-        nodes=tuple(sorted(address for address, _ in held)),
+        nodes=_nodes_of(held),
+        partitions=_partitions_of(stats for _, stats in held),
         counters=sum((Counters.of_topic(stats) for _, stats in held), Counters()),
         channels=tuple(sorted({c.channel_name for _, stats in held for c in stats.channels})),
-        paused_nodes=tuple(sorted(address for address, stats in held if stats.paused)),
+        paused_nodes=tuple(sorted({address for address, stats in held if stats.paused})),
         e2e_processing_latency=merged_latency(stats.e2e_processing_latency for _, stats in held),
     )
 
 
 def channel_row(topic: str, channel: str, held: Sequence[tuple[str, ChannelStats]]) -> ChannelRow:
-    """The channel summed over the nodes holding it."""
+    """The channel summed over the nodes (and the fork's partitions) holding it."""
     return ChannelRow(
         topic=topic,
         channel=channel,
-        nodes=tuple(sorted(address for address, _ in held)),
+        nodes=_nodes_of(held),
+        partitions=_partitions_of(stats for _, stats in held),
         counters=sum((Counters.of_channel(stats) for _, stats in held), Counters()),
-        paused_nodes=tuple(sorted(address for address, stats in held if stats.paused)),
+        paused_nodes=tuple(sorted({address for address, stats in held if stats.paused})),
         e2e_processing_latency=merged_latency(stats.e2e_processing_latency for _, stats in held),
     )
+
+
+def _nodes_of(held: Iterable[tuple[str, object]]) -> tuple[str, ...]:
+    """The HTTP addresses, each once (a fork's nsqd may hold several partitions), sorted."""
+    return tuple(sorted({address for address, _ in held}))
+
+
+def _partitions_of(held: Iterable[TopicStats | ChannelStats]) -> tuple[int, ...]:
+    return tuple(sorted({s.partition for s in held if s.partition is not None}))
 
 
 def with_rates(before: Sequence[R], after: Sequence[R], elapsed: float) -> list[R]:
@@ -153,13 +173,20 @@ def _failures(polled: Iterable[NodeStats]) -> list[HttpApiError]:
 
 
 def _topics_held(polled: Iterable[NodeStats], topic: str) -> list[tuple[str, TopicStats]]:
-    """The nodes holding `topic`, and their stats of it."""
-    return [
+    """The nodes holding `topic`, and their stats of it (one per partition on the
+    fork), by address then partition."""
+    held = [
         (address, found)
         for address, stats in _answered(polled)
         for found in stats.topics
         if found.topic_name == topic
     ]
+    return sorted(held, key=_by_node_and_partition)
+
+
+def _by_node_and_partition(held: tuple[str, TopicStats | ChannelStats]) -> tuple[str, int]:
+    address, stats = held
+    return address, -1 if stats.partition is None else stats.partition
 
 
 def summarize_topics(polled: Sequence[NodeStats], known: Iterable[str] = ()) -> list[TopicRow]:
@@ -218,15 +245,18 @@ def _node_row(node: NodeStats, registered: RegisteredNsqd | None) -> NsqdRow:
         )
     if node.stats is None:
         return row
-    channels = [channel for topic in node.stats.topics for channel in topic.channels]
+    topics = node.stats.topics
+    channels = [channel for topic in topics for channel in topic.channels]
+    # A topic (and a channel) on several of the fork's partitions is counted once.
     return replace(
         row,
         version=node.stats.version,
         health=node.stats.health,
-        topics=tuple(sorted(topic.topic_name for topic in node.stats.topics)),
-        channel_count=len(channels),
-        depth=sum(topic.depth for topic in node.stats.topics),
-        message_count=sum(topic.message_count for topic in node.stats.topics),
+        topics=tuple(sorted({topic.topic_name for topic in topics})),
+        channel_count=len({(t.topic_name, c.channel_name) for t in topics for c in t.channels}),
+        partition_count=sum(topic.partition is not None for topic in topics),
+        depth=sum(topic.depth for topic in topics),
+        message_count=sum(topic.message_count for topic in topics),
         client_count=sum(channel.client_count for channel in channels),
     )
 
@@ -315,7 +345,11 @@ def topic_view(topic: str, polled: Sequence[NodeStats]) -> TopicView:
 
 def channel_view(topic: str, channel: str, polled: Sequence[NodeStats]) -> ChannelView:
     held = channels_held(polled, topic, channel)
-    clients = [ClientRow(address, client) for address, stats in held for client in stats.clients]
+    clients = [
+        ClientRow(address, client, stats.partition)
+        for address, stats in held
+        for client in stats.clients
+    ]
     return ChannelView(
         total=channel_row(topic, channel, held),
         nodes=tuple(channel_row(topic, channel, [node]) for node in held),
@@ -324,8 +358,9 @@ def channel_view(topic: str, channel: str, polled: Sequence[NodeStats]) -> Chann
     )
 
 
-def _client_order(row: ClientRow) -> tuple[str, str, str]:
-    return row.node, row.client.remote_address, row.client.client_id
+def _client_order(row: ClientRow) -> tuple[str, int, str, str]:
+    partition = -1 if row.partition is None else row.partition
+    return row.node, partition, row.client.remote_address, row.client.client_id
 
 
 # -- gathering ---------------------------------------------------------------------------

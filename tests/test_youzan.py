@@ -44,9 +44,13 @@ def config(**settings: Any) -> ClientConfig:
 
 @pytest.fixture
 def fork() -> Iterator[YouzanCluster]:
+    # A new channel starts at the end of its partition, as on the fork: the channels the
+    # tests read what was injected beforehand from are created with their topic.
     topics = [
-        ForkTopic("yz", partitions=2, channels=(CHANNEL,)),
-        ForkTopic("ordered", partitions=2, ordered=True, channels=(CHANNEL,)),
+        ForkTopic("yz", partitions=2, channels=(CHANNEL, "one")),
+        ForkTopic(
+            "ordered", partitions=2, ordered=True, channels=(CHANNEL, "tail", "archive", "relay")
+        ),
         ForkTopic("tagged", partitions=1, extend=True, channels=(CHANNEL,)),
     ]
     with YouzanCluster(topics) as cluster:
@@ -203,18 +207,24 @@ async def test_an_extend_topic_is_identified_and_its_tags_read(fork: YouzanClust
 
 
 async def test_a_desired_tag_gets_only_its_messages(fork: YouzanCluster) -> None:
-    for tag in ("red", "blue", "red"):
-        fork.inject(
-            "tagged", 0, tag.encode(), tag=tag, ext=json.dumps({youzan.TAG_KEY: tag}).encode()
-        )
-    async with open_consumer(
-        "tagged",
-        "reds",
-        config(desired_tag="red"),
-        ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address]),
-    ) as consumer:
-        seen = await take(consumer, 2)
-    assert [m.body for m in seen] == [b"red", b"red"]
+    """On the fork a tagged message goes to the consumers of its tag, the others to the
+    untagged consumers of the channel (with none, the channel would wait for one)."""
+    options = ConsumerOptions(lookupd_http_addresses=[fork.lookupd_http_address])
+    async with (
+        open_consumer("tagged", CHANNEL, config(desired_tag="red"), options) as reds,
+        open_consumer("tagged", CHANNEL, config(), options) as others,
+    ):
+        # RDY follows SUB's OK: both are consumers of the channel before anything is stored.
+        await until(lambda: len(lines(fork, b"RDY ")) >= 2, "both subscribed")
+        for tag in ("red", "blue", "red"):
+            ext = json.dumps({youzan.TAG_KEY: tag}).encode()
+            fork.inject("tagged", 0, tag.encode(), tag=tag, ext=ext)
+        red = await take(reds, 2)
+        (other,) = await take(others, 1)
+    assert [m.body for m in red] == [b"red", b"red"]
+    assert (other.body, other.tag) == (b"blue", "blue")
+    identifies = [c for c in fork.commands() if c.startswith(b"IDENTIFY")]
+    assert sum(b'"desired_tag":"red"' in identify for identify in identifies) == 1
 
 
 async def test_upstream_nsqd_refuses_the_forks_options_in_one_line(nsqd: Nsqd) -> None:
@@ -432,11 +442,21 @@ def test_nsq_tail_reads_one_partition(fork: YouzanCluster) -> None:
 
 
 def test_nsq_tail_with_a_desired_tag(fork: YouzanCluster) -> None:
-    for tag in ("blue", "red"):
+    # The red message first: a channel whose consumers are all tagged waits at the first
+    # message none of them wants (for an untagged consumer), as on the fork.
+    for tag in ("red", "blue"):
         ext = json.dumps({youzan.TAG_KEY: tag}).encode()
         fork.inject("tagged", 0, tag.encode(), tag=tag, ext=ext)
     lookupd = f"--lookupd-http-address={fork.lookupd_http_address}"
-    result = run("nsq_tail", lookupd, "--topic=tagged", "--desired-tag=red", "-n", "1")
+    result = run(
+        "nsq_tail",
+        lookupd,
+        "--topic=tagged",
+        f"--channel={CHANNEL}",
+        "--desired-tag=red",
+        "-n",
+        "1",
+    )
     assert (result.returncode, result.stdout) == (0, b"red\n"), result.stderr
     identify = next(c for c in fork.commands() if c.startswith(b"IDENTIFY"))
     assert b'"desired_tag":"red"' in identify

@@ -278,7 +278,7 @@ def test_lookup_for_writing_drops_partitions_without_a_channel(
 ) -> None:
     text = "Topic has no channel, should init at least one for the new topic"
     address = fork.lookupd_http_address
-    assert get(address, "/lookup?topic=fresh&access=w", V1) == (500, compact({"message": text}))
+    assert get(address, "/lookup?topic=fresh&access=w", V1) == (404, compact({"message": text}))
     assert get(address, "/lookup?topic=fresh&access=w") == (500, wrapped_error(text))
     consumer = connect(1)
     consumer.command(b"SUB fresh c 1")
@@ -341,13 +341,25 @@ def test_identify_answer(connect: Connect) -> None:
     )
     assert client.response() == (
         b'{"max_rdy_count":2500,"version":"0.3.7-HA.1.12.7","max_msg_timeout":900000,'
-        b'"msg_timeout":5000,"tls_v1":false,"deflate":false,"deflate_level":6,'
+        b'"msg_timeout":5000,"tls_v1":false,"deflate":false,"deflate_level":0,'
         b'"max_deflate_level":6,"snappy":false,"sample_rate":0,"auth_required":false,'
-        b'"output_buffer_size":100,"output_buffer_timeout":250,"desired_tag":"blue"}'
+        b'"output_buffer_size":100,"output_buffer_timeout":50,"desired_tag":"blue"}'
     )
     old = connect()
     old.command(b"IDENTIFY", b'{"client_id":"old"}')
     assert old.response() == b"OK"
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [({"deflate": True, "deflate_level": 3}, (0, 50)), ({"output_buffer_timeout": -1}, (0, 0))]
+    + [({"output_buffer_timeout": asked}, (0, given)) for asked, given in ((5, 10), (300, 300))],
+)
+def test_identify_answers_deflate_level_0_and_the_output_buffer_timeout(
+    connect: Connect, asked: dict[str, Any], answered: tuple[int, int]
+) -> None:
+    answer = connect().identify(**asked)
+    assert (answer["deflate_level"], answer["output_buffer_timeout"]) == answered
 
 
 def test_heartbeats_nop_and_cls(connect: Connect) -> None:
@@ -356,12 +368,11 @@ def test_heartbeats_nop_and_cls(connect: Connect) -> None:
     assert client.response() == b"_heartbeat_"
     client.command(b"NOP")  # no answer to NOP: the next frame is the next heartbeat
     assert client.response() == b"_heartbeat_"
-    quiet = connect()
-    quiet.identify(heartbeat_interval=-1)
-    quiet.command(b"SUB plain ch1 0")
-    assert quiet.response() == b"OK"
-    quiet.command(b"CLS")
-    assert quiet.response() == b"CLOSE_WAIT"
+    consumer = connect()
+    consumer.command(b"SUB plain ch1 0")
+    assert consumer.response() == b"OK"
+    consumer.command(b"CLS")
+    assert consumer.response() == b"CLOSE_WAIT"
 
 
 # nsqd: publishing
@@ -370,9 +381,10 @@ def test_heartbeats_nop_and_cls(connect: Connect) -> None:
 def test_pub_trace_answer_reproduces_the_page_example(
     fork: YouzanCluster, connect: Connect
 ) -> None:
-    # Three messages of 33, 33 and 34 raw bytes (4 + 26 + body) put the next at offset 100.
-    for body in (b"one", b"two", b"four"):
-        fork.inject("plain", 1, body)
+    # Two messages of 50 raw bytes (4 + 26 + 20-byte body) put the next at offset 100;
+    # sequences start at 2, so the third message has sequence 4.
+    for body in (b"one", b"two"):
+        fork.inject("plain", 1, body.ljust(20))
     client = connect(1)
     client.command(b"PUB_TRACE plain 1", bytes.fromhex("1122334455667788") + b"twelve bytes")
     answer = client.response()
@@ -387,6 +399,15 @@ def test_pub_trace_answer_reproduces_the_page_example(
         42,
     )
     assert stored.body == b"twelve bytes"
+
+
+def test_a_partitions_first_message_has_sequence_2(connect: Connect) -> None:
+    for partition in (0, 1):
+        client = connect(partition)
+        for sequence in (2, 3):
+            client.command(b"PUB_TRACE plain %d" % partition, b"\0" * 8 + b"x")
+            (internal_id,) = struct.unpack(">Q", client.response()[2:10])
+            assert internal_id == (partition << 50) + sequence
 
 
 def test_mpub_trace_answer_carries_the_first_id_and_offset_and_the_total_size(
@@ -452,12 +473,12 @@ def test_message_frame_without_ext_or_detail(fork: YouzanCluster, connect: Conne
 
 
 def test_message_frame_with_the_ext_header(fork: YouzanCluster, connect: Connect) -> None:
-    tagged = fork.inject("ext", 0, b"with", ext=b'{"a":1}', trace_id=7)
-    bare = fork.inject("ext", 0, b"without")
     client = connect(0)
     client.identify(extend_support=True)
-    client.command(b"SUB ext ch 0")
+    client.command(b"SUB ext ch 0")  # a new channel: it gets what is stored after it
     assert client.response() == b"OK"
+    tagged = fork.inject("ext", 0, b"with", ext=b'{"a":1}', trace_id=7)
+    bare = fork.inject("ext", 0, b"without")
     client.command(b"RDY 2")
     assert client.message() == message_frame(tagged, 1, ext=b'{"a":1}')
     assert client.message() == message_frame(bare, 1, ext=b"")
@@ -488,7 +509,7 @@ def test_a_binary_id_holding_newlines_is_finished(fork: YouzanCluster, connect: 
     consumer.command(b"RDY 1")
     message = consumer.message()
     message_id = message[10:26]
-    assert message_id == struct.pack(">QQ", 1, 0x0A0A0A0A0A0A0A0A)
+    assert message_id == struct.pack(">QQ", 2, 0x0A0A0A0A0A0A0A0A)
     consumer.send(b"FIN " + message_id + b"\n")
     # The stream stayed in step: the next message comes, and FIN was read whole.
     assert consumer.message()[26:] == b"next"
@@ -499,10 +520,10 @@ def test_a_binary_id_holding_newlines_is_finished(fork: YouzanCluster, connect: 
 def test_sub_ordered_sends_one_at_a_time_and_a_requeued_message_first(
     fork: YouzanCluster, connect: Connect
 ) -> None:
-    messages = [fork.inject("ordered", 1, b"m%d" % i) for i in range(3)]
     client = connect(1)
     client.command(b"SUB_ORDERED ordered ch 1")
     assert client.response() == b"OK"
+    messages = [fork.inject("ordered", 1, b"m%d" % i) for i in range(3)]
     client.command(b"RDY 10")
     assert client.message() == message_frame(messages[0], 1, detail=True)
     assert client.quiet()  # RDY 10, yet one in flight
@@ -515,7 +536,7 @@ def test_sub_ordered_sends_one_at_a_time_and_a_requeued_message_first(
     assert client.message() == message_frame(messages[2], 1, detail=True)
     offsets = [m.offset for m in messages]
     ids = [m.internal_id for m in messages]
-    assert offsets == sorted(offsets) and ids == [2**50 + 1, 2**50 + 2, 2**50 + 3]
+    assert offsets == sorted(offsets) and ids == [2**50 + 2, 2**50 + 3, 2**50 + 4]
 
 
 def test_req_touch_and_timeout_send_a_message_again(fork: YouzanCluster, connect: Connect) -> None:
@@ -533,10 +554,50 @@ def test_req_touch_and_timeout_send_a_message_again(fork: YouzanCluster, connect
     assert client.message() == message_frame(message, 3)
     client.send(b"FIN " + message.id + b"\n")
     client.send(b"FIN " + message.id + b"\n")  # twice: no longer in flight, not fatal
-    assert client.error() == b"E_FIN_FAILED FIN " + message.id.hex().encode() + (
-        b" failed ID not in flight"
+    # The id as Go prints a byte array (the page: "FIN [48 48 ...] failed ...").
+    printed = b"[0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0]"
+    assert message.id == bytes(7) + b"\2" + bytes(8)
+    assert client.error() == b"E_FIN_FAILED FIN " + printed + (
+        b" failed ErrType:7 ErrCode:0 : Message ID not in flight"
+    )
+    client.send(b"REQ " + message.id + b" 0\n")
+    assert client.error() == b"E_REQ_FAILED REQ " + printed + b" failed Message ID not in flight"
+    client.send(b"TOUCH " + message.id + b"\n")
+    assert client.error() == (
+        b"E_TOUCH_FAILED TOUCH " + printed + b" failed Message ID not in flight"
     )
     assert fork.finished("plain", "ch1") == [message.id]
+
+
+def test_a_new_channel_starts_at_the_end_of_its_partition(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    """Observed: SUB of a new channel on a partition holding messages got nothing; a
+    channel created with the topic (ch1) has them all."""
+    before = fork.inject("plain", 0, b"before")
+    late = connect(0)
+    late.command(b"SUB plain new 0")
+    assert late.response() == b"OK"
+    late.command(b"RDY 5")
+    assert late.quiet()
+    after = fork.inject("plain", 0, b"after")
+    assert late.message() == message_frame(after, 1)
+    assert late.quiet()
+    early = connect(0)
+    early.command(b"SUB plain ch1 0")
+    assert early.response() == b"OK"
+    early.command(b"RDY 5")
+    assert [early.message(), early.message()] == [message_frame(m, 1) for m in (before, after)]
+    # A channel that exists keeps its place while nobody is subscribed.
+    late.send(b"FIN " + after.id + b"\n")
+    late.close()
+    wait_until(lambda: fork.connections() == 1, TIMEOUT, "the server saw late close")
+    kept = fork.inject("plain", 0, b"kept")
+    again = connect(0)
+    again.command(b"SUB plain new 0")
+    assert again.response() == b"OK"
+    again.command(b"RDY 5")
+    assert again.message() == message_frame(kept, 1)
 
 
 def test_messages_stored_after_sub_are_delivered(fork: YouzanCluster, connect: Connect) -> None:
@@ -565,16 +626,63 @@ def test_consumers_of_a_channel_share_its_messages(fork: YouzanCluster, connect:
     assert fork.stored("plain", 0) == messages
 
 
-def test_desired_tag_gets_only_its_messages(fork: YouzanCluster, connect: Connect) -> None:
-    fork.inject("ext", 0, b"red", ext=b'{"##client_dispatch_tag":"red"}', tag="red")
-    blue = fork.inject("ext", 0, b"blue", ext=b'{"##client_dispatch_tag":"blue"}', tag="blue")
+def tagged(fork: YouzanCluster, tag: str) -> StoredMessage:
+    """A message on partition 0 of "ext", tagged as PUB_EXT's header tags it ("" none)."""
+    header = json.dumps({"##client_dispatch_tag": tag}).encode() if tag else b""
+    return fork.inject("ext", 0, tag.encode() or b"untagged", ext=header, tag=tag)
+
+
+def tag_consumer(connect: Connect, tag: str = "", ready: int = 5) -> Client:
+    """A consumer of channel ch of "ext" partition 0 with this desired_tag ("" none)."""
     client = connect(0)
-    client.identify(extend_support=True, desired_tag="blue")
+    client.identify(extend_support=True, **({"desired_tag": tag} if tag else {}))
     client.command(b"SUB ext ch 0")
     assert client.response() == b"OK"
-    client.command(b"RDY 5")
-    assert client.message() == message_frame(blue, 1, ext=blue.ext)
-    assert client.quiet()
+    client.command(b"RDY %d" % ready)
+    return client
+
+
+def test_a_tagged_message_goes_to_its_tags_consumers_the_others_to_the_untagged(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    reds, others = tag_consumer(connect, "red", ready=0), tag_consumer(connect)
+    red, blue, untagged, red_again = (tagged(fork, tag) for tag in ("red", "blue", "", "red"))
+    # red waits for its tag's consumer, not ready yet, and the channel with it.
+    assert others.quiet()
+    reds.command(b"RDY 5")
+    # blue has no consumer of its tag: it goes to the untagged consumer.
+    assert [reds.message(), reds.message()] == [
+        message_frame(m, 1, ext=m.ext) for m in (red, red_again)
+    ]
+    assert [others.message(), others.message()] == [
+        message_frame(m, 1, ext=m.ext) for m in (blue, untagged)
+    ]
+    assert reds.quiet() and others.quiet()
+
+
+def test_a_channel_of_tagged_consumers_stalls_at_a_message_none_of_them_wants(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    reds = tag_consumer(connect, "red")
+    red, blue, red_again = (tagged(fork, tag) for tag in ("red", "blue", "red"))
+    assert reds.message() == message_frame(red, 1, ext=red.ext)
+    reds.send(b"FIN " + red.id + b"\n")
+    assert reds.quiet()  # blue waits for an untagged consumer, and red_again behind it
+    others = tag_consumer(connect)
+    assert others.message() == message_frame(blue, 1, ext=blue.ext)
+    assert reds.message() == message_frame(red_again, 1, ext=red_again.ext)
+
+
+def test_a_desired_tag_is_dropped_on_a_topic_without_tags(
+    fork: YouzanCluster, connect: Connect
+) -> None:
+    client = connect(0)
+    client.identify(desired_tag="red")
+    client.command(b"SUB plain ch1 0")
+    assert client.response() == b"OK"
+    client.command(b"RDY 1")
+    message = fork.inject("plain", 0, b"for anyone")
+    assert client.message() == message_frame(message, 1)
 
 
 @pytest.mark.parametrize(
@@ -610,7 +718,25 @@ def test_sub_advanced_start_positions(
 
 
 FATAL_CASES = [
-    ({}, b"SUB_ORDER ordered ch 0\n", b"E_INVALID invalid command"),
+    # The command's words as Go prints them: SUB_ORDER, ordered, ch, 0.
+    (
+        {},
+        b"SUB_ORDER ordered ch 0\n",
+        b"E_INVALID invalid command [[83 85 66 95 79 82 68 69 82] [111 114 100 101 114 101 100]"
+        b" [99 104] [48]]",
+    ),
+    ({}, b"AUTH\n\0\0\0\2{}", b"E_AUTH_DISABLED AUTH Disabled"),
+    ({}, b"PUB plain 0\n\0\0\0\0", b"E_BAD_BODY invalid body size 0"),
+    (
+        {},
+        b"PUB_TRACE plain 0\n\0\0\0\5abcde",
+        b"E_BAD_BODY invalid body size 5 with trace id enabled",
+    ),
+    (
+        {},
+        b"PUB_EXT ext 0\n\0\0\0\4\0\2{}",
+        b"E_BAD_BODY invalid body size 4 in ext json header content length",
+    ),
     (
         {},
         b"PUB ordered\n\0\0\0\1x",
@@ -624,12 +750,37 @@ FATAL_CASES = [
         b"SUB ordered ch 0\n",
         b"E_SUB_ORDER_IS_MUST this topic is configured only allow ordered sub",
     ),
-    ({}, b"SUB ext ch\n", b"E_SUB_EXTEND_NEED "),
-    ({"extend_support": True}, b"SUB plain ch1\n", b"E_SUB_EXTEND_FORBIDDON "),
-    ({}, b"SUB locked other\n", b"E_SUB_CHANNEL_NOT_REGISTERED "),
-    ({"sample_rate": 10}, b"SUB_ORDERED ordered ch 0\n", b"E_INVALID "),
-    ({}, b"PUB_EXT plain 0\n\0\0\0\3\0\0x", b"E_EXT_NOT_SUPPORT "),
-    ({}, b"PUB_EXT ext 0\n\0\0\0\5\0\2[]x", b"E_INVALID_JSON_HEADER "),
+    (
+        {},
+        b"SUB ext ch\n",
+        b"E_SUB_EXTEND_NEED this topic is extended and should identify as extend support.",
+    ),
+    (
+        {"extend_support": True},
+        b"SUB plain ch1\n",
+        b"E_SUB_EXTEND_FORBIDDON this topic is not extended and should not identify as extend"
+        b" support.",
+    ),
+    (
+        {},
+        b"SUB locked other\n",
+        b"E_SUB_CHANNEL_NOT_REGISTERED channel is not registered under topic.",
+    ),
+    (
+        {"sample_rate": 10},
+        b"SUB_ORDERED ordered ch 0\n",
+        b"E_INVALID order consume is not allowed while sample rate is not 0",
+    ),
+    (
+        {"heartbeat_interval": -1},
+        b"SUB plain ch1 0\n",
+        b"E_INVALID cannot SUB with heartbeats disabled",
+    ),
+    (
+        {"heartbeat_interval": -1},
+        b"SUB_ORDERED ordered ch 0\n",
+        b"E_INVALID cannot SUB with heartbeats disabled",
+    ),
     ({}, b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
 ]
 
@@ -646,6 +797,79 @@ def test_fatal_errors_close_the_connection(
     assert client.is_closed()
 
 
+NON_FATAL_CASES = [
+    (
+        b'PUB_EXT plain 0\n\0\0\0\x0a\0\x07{"a":1}x',
+        b"E_EXT_NOT_SUPPORT ext content not supported in topic plain",
+    ),
+    (
+        b"PUB_EXT plain 0\n\0\0\0\3\0\0x",
+        b"E_INVALID_JSON_HEADER fail to parse json header:cannot parse empty string",
+    ),
+    (b"PUB_EXT ext 0\n\0\0\0\5\0\2{xy", b"E_INVALID_JSON_HEADER fail to parse json header:"),
+    (
+        b'PUB_EXT ext 0\n\0\0\0\x13\0\x10{"##trace_id":7}x',
+        b"INVALID_TRACE_ID passin trace id should be string",
+    ),
+    (
+        b"INTERNAL_CREATE_TOPIC new 0\n",
+        b"E_CREATE_TOPIC_FAILED CREATE_TOPIC is not allowed here while cluster feature enabled.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "error"), NON_FATAL_CASES)
+def test_non_fatal_errors_keep_the_connection(
+    fork: YouzanCluster, connect: Connect, command: bytes, error: bytes
+) -> None:
+    client = connect(0)
+    client.send(command + b"PUB plain 0\n\0\0\0\5after")
+    assert client.error().startswith(error)
+    assert client.response() == b"OK"
+    assert [m.body for m in fork.stored("plain")] == [b"after"]
+
+
+def test_the_extend_header_as_the_fork_reads_it(fork: YouzanCluster, connect: Connect) -> None:
+    """Any JSON value is a header (one not an object has no keys), a tag that is no
+    string is no tag, and MPUB_EXT takes a message with an empty header as a plain one,
+    on any topic."""
+    client = connect(0)
+    client.command(b"PUB_EXT ext 0", ext_body(b"[]", b"array"))
+    assert client.response() == b"OK"
+    client.command(b"PUB_EXT ext 0", ext_body(b'{"##client_dispatch_tag":5}', b"number"))
+    assert client.response() == b"OK"
+    client.command(b"MPUB_EXT plain 0", mpub(ext_body(b"", b"a"), ext_body(b"", b"b")))
+    assert client.response() == b"OK"
+    stored = fork.stored("ext", 0) + fork.stored("plain", 0)
+    assert [(m.body, m.ext, m.tag) for m in stored] == [
+        (b"array", b"[]", ""),
+        (b"number", b'{"##client_dispatch_tag":5}', ""),
+        (b"a", b"", ""),
+        (b"b", b"", ""),
+    ]
+
+
+@pytest.mark.parametrize("code", ["E_EXT_NOT_SUPPORT", "E_INVALID_JSON_HEADER", "E_PUB_FAILED"])
+def test_a_scripted_refusal_of_a_pub_is_as_fatal_as_the_forks(
+    fork: YouzanCluster, connect: Connect, code: str
+) -> None:
+    fork.refuse_next("plain", 0, code)
+    client = connect(0)
+    client.send(b"PUB plain 0\n\0\0\0\1xPUB plain 0\n\0\0\0\1y")
+    assert client.error().startswith(code.encode() + b" ")
+    assert client.response() == b"OK"
+
+
+def test_too_much_waiting_is_fatal(fork: YouzanCluster, connect: Connect) -> None:
+    """The fork sends E_PUB_TOO_MUCH_WAITING as a fatal error (nsqdserver/protocol_v2.go):
+    the client may retry, on a new connection."""
+    fork.refuse_next("plain", 0, "E_PUB_TOO_MUCH_WAITING")
+    client = connect(0)
+    client.send(b"PUB plain 0\n\0\0\0\1xNOP\n")
+    assert client.error().startswith(b"E_PUB_TOO_MUCH_WAITING pub too much waiting in the queue")
+    assert client.is_closed()
+
+
 def test_subscribing_to_a_registered_channel(connect: Connect) -> None:
     client = connect(1)
     client.command(b"SUB locked known")
@@ -658,10 +882,11 @@ def test_not_leader_and_not_writable_are_not_fatal_on_pub(
     client = connect(1)
     fork.refuse_next("plain", 1, "E_FAILED_ON_NOT_LEADER")
     fork.refuse_next("plain", 1, "E_FAILED_ON_NOT_WRITABLE")
+    # "both with an empty description, trailing space, non-fatal"
     client.command(b"PUB plain 1", b"a")
-    assert client.error().startswith(b"E_FAILED_ON_NOT_LEADER ")
+    assert client.error() == b"E_FAILED_ON_NOT_LEADER "
     client.command(b"MPUB plain", mpub(b"b"))
-    assert client.error().startswith(b"E_FAILED_ON_NOT_WRITABLE ")
+    assert client.error() == b"E_FAILED_ON_NOT_WRITABLE "
     client.command(b"PUB plain 1", b"c")
     assert client.response() == b"OK"
     fork.set_writable("plain", False)
@@ -675,11 +900,17 @@ def test_not_leader_and_not_writable_are_not_fatal_on_pub(
     assert [m.body for m in fork.stored("plain")] == [b"c"]
 
 
-def test_not_leader_is_fatal_on_sub(fork: YouzanCluster, connect: Connect) -> None:
-    fork.refuse_next("plain", 0, "E_FAILED_ON_NOT_LEADER", on="sub")
+@pytest.mark.parametrize("code", ["E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE"])
+@pytest.mark.parametrize(
+    "command", [b"SUB plain ch1 0", b"SUB_ADVANCED plain ch1 0", b"SUB_ORDERED plain ch1 0"]
+)
+def test_not_leader_and_not_writable_are_fatal_on_sub(
+    fork: YouzanCluster, connect: Connect, code: str, command: bytes
+) -> None:
+    fork.refuse_next("plain", 0, code, on="sub")
     client = connect(0)
-    client.command(b"SUB plain ch1 0")
-    assert client.error().startswith(b"E_FAILED_ON_NOT_LEADER ")
+    client.command(command)
+    assert client.error() == code.encode() + b" "
     assert client.is_closed()
 
 

@@ -1,9 +1,10 @@
 """nsq_stat's live table (rich), redrawn in place after every poll.
 
 One row for the channel asked for, or for the topic and each channel; under each, a
-row per nsqd when there are several; the rates' history as sparklines, paused rows
-marked, e2e latency percentiles when nsqd tracks them (--e2e-processing-latency-
-percentile); below, the servers that failed and a topic or channel not found yet.
+row per nsqd when there are several (per partition of the Youzan fork, "address pN");
+the rates' history as sparklines, paused rows marked, e2e latency percentiles when nsqd
+tracks them (--e2e-processing-latency-percentile); below, the servers that failed and
+a topic or channel not found yet.
 Imported only for a table: plain and JSON output never load rich's renderers.
 """
 
@@ -23,7 +24,7 @@ from nsqtools.commands import consoles
 from nsqtools.durations import format_duration
 from nsqtools.httpapi.nsqd import Percentile
 from nsqtools.stats.counters import Counters, Rates
-from nsqtools.stats.tracking import Report, Row
+from nsqtools.stats.tracking import NodeRow, Report, Row
 
 SPARK_WIDTH = 16  # polls of history shown
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -116,7 +117,7 @@ def _table(report: Report) -> Table:
         )
         for node in row.nodes if nsqds > 1 else ():
             table.add_row(
-                Text(f"{indent}  {node.address}"),
+                Text(f"{indent}  {_node_name(node)}"),
                 *_numbers(node.counters, node.rates, row.channel is not None),
                 "",
                 "",
@@ -124,6 +125,11 @@ def _table(report: Report) -> Table:
                 style="dim",
             )
     return table
+
+
+def _node_name(node: NodeRow) -> str:
+    """The nsqd, and on the Youzan fork the partition the row is."""
+    return node.address if node.partition is None else f"{node.address} p{node.partition}"
 
 
 def _failed_nsqds(report: Report) -> int:

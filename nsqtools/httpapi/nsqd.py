@@ -1,9 +1,11 @@
 """nsqd's HTTP API: the Calls, and the typed records its answers are read into.
 
 Queries: info, stats (topics, their channels, the channels' clients, and the
-publishing clients; `null` lists read as empty). Publishing: pub, mpub. Admin: create,
-delete, empty, pause and unpause a topic or a channel; a failure is an HttpApiError
-carrying nsqd's message ("TOPIC_NOT_FOUND"). Send each Call with
+publishing clients; `null` lists read as empty). The Youzan fork's /stats is read too:
+one topic entry per partition (`topic_partition`, a string), `client_num` for upstream's
+`client_count`, no `message_bytes`, no topic `paused`, no `producers`. Publishing: pub,
+mpub. Admin: create, delete, empty, pause and unpause a topic or a channel; a failure
+is an HttpApiError carrying nsqd's message ("TOPIC_NOT_FOUND"). Send each Call with
 nsqtools.httpapi.send (or send_sync).
 
 Durations nsqd reports in nanoseconds are read as seconds; e2e latency values stay in
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsqtools.httpapi.call import Call, get, post
-from nsqtools.httpapi.json_shape import array, member, number, optional, typed
+from nsqtools.httpapi.json_shape import ShapeError, array, member, number, optional, typed
 
 SERVER = "nsqd"
 _NANOSECONDS = 1e9
@@ -92,18 +94,22 @@ class ChannelStats:
     clients: tuple[ClientStats, ...]  # empty when asked without clients
     paused: bool
     e2e_processing_latency: E2eLatency | None
+    partition: int | None = None  # the fork's topic partition it is a channel of
 
 
 @dataclass(frozen=True)
 class TopicStats:
+    """A topic on one nsqd; from the Youzan fork, one partition of it (`partition`)."""
+
     topic_name: str
     depth: int
     backend_depth: int
     message_count: int
-    message_bytes: int
-    paused: bool
+    message_bytes: int  # 0 from the fork, which does not count them
+    paused: bool  # False from the fork, which pauses channels only
     channels: tuple[ChannelStats, ...]
     e2e_processing_latency: E2eLatency | None
+    partition: int | None = None  # None from upstream nsqd, which has no partitions
 
     def channel(self, name: str) -> ChannelStats:
         """The channel of that name; KeyError when the topic has none."""
@@ -119,10 +125,11 @@ class NsqdStats:
     health: str
     start_time: int  # unix seconds
     topics: tuple[TopicStats, ...]
-    producers: tuple[ClientStats, ...]  # clients that publish over TCP
+    producers: tuple[ClientStats, ...]  # clients that publish over TCP (none from the fork)
 
     def topic(self, name: str) -> TopicStats:
-        """The topic of that name; KeyError when nsqd has none."""
+        """The topic of that name (from the fork, its first partition here); KeyError
+        when nsqd has none."""
         for topic in self.topics:
             if topic.topic_name == name:
                 return topic
@@ -219,24 +226,41 @@ def _stats(data: Any) -> NsqdStats:
         health=typed(data, "health", str),
         start_time=typed(data, "start_time", int),
         topics=tuple(_topic(topic) for topic in array(data, "topics")),
-        producers=tuple(_client(client) for client in array(data, "producers")),
+        producers=tuple(_client(client) for client in _producers(data)),
     )
 
 
+def _producers(data: Any) -> list[Any]:
+    """Upstream's publishing clients (null: none); the fork has no such list."""
+    return array(data, "producers") if "producers" in data else []
+
+
 def _topic(data: Any) -> TopicStats:
+    partition = _partition(data)
     return TopicStats(
         topic_name=typed(data, "topic_name", str),
         depth=typed(data, "depth", int),
         backend_depth=typed(data, "backend_depth", int),
         message_count=typed(data, "message_count", int),
-        message_bytes=typed(data, "message_bytes", int),
-        paused=typed(data, "paused", bool),
-        channels=tuple(_channel(channel) for channel in array(data, "channels")),
+        message_bytes=optional(data, "message_bytes", int, 0),
+        paused=optional(data, "paused", bool, False),
+        channels=tuple(_channel(channel, partition) for channel in array(data, "channels")),
         e2e_processing_latency=_latency(data),
+        partition=partition,
     )
 
 
-def _channel(data: Any) -> ChannelStats:
+def _partition(data: Any) -> int | None:
+    """The fork's `topic_partition` ("0", "1"...); None from upstream nsqd."""
+    if not isinstance(data, dict) or "topic_partition" not in data:
+        return None
+    text = typed(data, "topic_partition", str)
+    if not text.isdigit():
+        raise ShapeError(f"'topic_partition' is {text!r}, not a partition number")
+    return int(text)
+
+
+def _channel(data: Any, partition: int | None) -> ChannelStats:
     return ChannelStats(
         channel_name=typed(data, "channel_name", str),
         depth=typed(data, "depth", int),
@@ -246,10 +270,12 @@ def _channel(data: Any) -> ChannelStats:
         message_count=typed(data, "message_count", int),
         requeue_count=typed(data, "requeue_count", int),
         timeout_count=typed(data, "timeout_count", int),
-        client_count=typed(data, "client_count", int),
+        # The fork says client_num.
+        client_count=typed(data, "client_num" if "client_num" in data else "client_count", int),
         clients=tuple(_client(client) for client in array(data, "clients")),
         paused=typed(data, "paused", bool),
         e2e_processing_latency=_latency(data),
+        partition=partition,
     )
 
 

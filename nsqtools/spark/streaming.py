@@ -391,13 +391,16 @@ def _requeue_on_exit(live: LiveConsumer) -> None:
     atexit.register(live.close)
     if threading.current_thread() is not threading.main_thread():
         return
+    main_thread = threading.get_ident()
     previous = signal.getsignal(signal.SIGTERM)
     requeueing, requeued = threading.Event(), threading.Event()
 
     def requeue_then_end() -> None:
         live.close()
         requeued.set()
-        os.kill(os.getpid(), signal.SIGTERM)
+        # To the main thread, where Python runs the handler: a signal to the process
+        # may go to another thread, and leave the main one asleep in Spark's call.
+        signal.pthread_kill(main_thread, signal.SIGTERM)
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         if requeued.is_set():

@@ -112,6 +112,7 @@ def _node_record(node: NodeRow) -> dict[str, Any]:
     percentiles = node.e2e.percentiles if node.e2e else ()
     return {
         "address": node.address,
+        **({} if node.partition is None else {"partition": node.partition}),
         **_counters_record(node.counters),
         **_rates_record(node.rates),
         "e2e_processing_latency": [

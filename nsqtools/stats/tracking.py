@@ -8,7 +8,9 @@ per nsqd, over the time measured since that nsqd's previous answer, and the nsqd
 rates are summed: with every nsqd answering every poll that is exactly Go's
 Δsum / interval; an nsqd that missed a poll does not drag the total down, and one whose
 counts went back (restarted, or the channel re-created) starts again from a new
-baseline instead of showing a negative rate.
+baseline instead of showing a negative rate. The Youzan fork's nsqds answer one entry
+per partition: each partition is a node row of its own (its nsqd and its partition),
+summed like the nsqds.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ HISTORY = 60  # rates kept per row, for the sparklines
 
 @dataclass(frozen=True)
 class NodeRow:
-    """A topic or channel on one nsqd."""
+    """A topic or channel on one nsqd (on one partition of it, from the fork)."""
 
     address: str
     counters: Counters
     rates: Rates | None  # None on the nsqd's first answer that has it
     e2e: E2eLatency | None
+    partition: int | None = None  # None from upstream nsqd
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class Report:
         return bool(self.rows)
 
 
-_Key = tuple[str, str | None]  # (nsqd address, channel or None for the topic)
+# (nsqd address, the fork's partition or None, channel or None for the topic)
+_Key = tuple[str, int | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -112,13 +116,14 @@ class Tracker:
         `asked_at` (monotonic seconds); `failures`: the lookupds that failed too."""
         answers = dict(self._answers(nodes, asked_at))
         rows: dict[str | None, list[NodeRow]] = {}
-        for (address, channel), answer in answers.items():
-            before = self._previous.get((address, channel))
+        for key, answer in answers.items():
+            address, partition, channel = key
+            before = self._previous.get(key)
             rates = None
             if before is not None:
                 rates = rates_between(before.counters, answer.counters, asked_at - before.asked_at)
             rows.setdefault(channel, []).append(
-                NodeRow(address, answer.counters, rates, answer.e2e)
+                NodeRow(address, answer.counters, rates, answer.e2e, partition)
             )
         self._forget_gone(nodes, answers)
         self._previous.update(answers)
@@ -148,7 +153,8 @@ class Tracker:
             topics = node.stats.topics if node.stats is not None else ()
             for topic in (topic for topic in topics if topic.topic_name == self.topic):
                 for channel, counters, e2e in self._rows_of(topic):
-                    yield (node.address, channel), _Answer(counters, e2e, asked_at)
+                    key = (node.address, topic.partition, channel)
+                    yield key, _Answer(counters, e2e, asked_at)
 
     def _rows_of(
         self, topic: TopicStats

@@ -30,9 +30,12 @@ from nsqtools.commands.inspect.shared import (
     fail_not_found,
     failures_json,
     gather_view,
+    has_partitions,
     interval_option,
     latency_cells,
     latency_columns,
+    partition_cells,
+    partition_columns,
     quantiles_of,
     row_json,
     row_style,
@@ -51,11 +54,11 @@ if TYPE_CHECKING:
 def command(topic: str, channel: str, **options: Any) -> None:
     """CHANNEL of TOPIC in detail, per nsqd, with its clients.
 
-    Per nsqd and in total: depth (in memory and on disk), in flight, deferred,
-    requeued, timed out, messages, clients, paused, and the e2e latency percentiles
-    when nsqd measures them (the total's are the highest any nsqd reports). Then every
-    client: nsqd, hostname, address, user agent, TLS, compression, RDY, in flight,
-    messages, finished, requeued, connected since.
+    Per nsqd (per partition, on the Youzan fork) and in total: depth (in memory and on
+    disk), in flight, deferred, requeued, timed out, messages, clients, paused, and the
+    e2e latency percentiles when nsqd measures them (the total's are the highest any
+    nsqd reports). Then every client: nsqd, hostname, address, user agent, TLS,
+    compression, RDY, in flight, messages, finished, requeued, connected since.
     """
     from nsqtools.inspection import gather_channel
 
@@ -76,20 +79,23 @@ def command(topic: str, channel: str, **options: Any) -> None:
 def channel_tables(view: ChannelView, rates: bool, now: float) -> list[Table]:
     rows = [*view.nodes, view.total]
     quantiles = quantiles_of(rows)
-    columns = [Column("nsqd"), *channel_columns(rates), *latency_columns(quantiles)]
+    partitioned = has_partitions(rows)
+    columns = [Column("nsqd"), *partition_columns(partitioned), *channel_columns(rates)]
+    columns += latency_columns(quantiles)
     nodes = Table(columns, f"channel {view.total.channel} of topic {view.total.topic}")
     for row in rows:
         name = TOTAL if row is view.total else row.nodes[0]
-        cells = [name, *channel_cells(row, rates)]
+        cells = [name, *partition_cells(row, partitioned), *channel_cells(row, rates)]
         cells += latency_cells(row.e2e_processing_latency, quantiles)
         nodes.add(cells, "bold" if row is view.total else row_style(row))
-    return [nodes, clients_table(view.clients, now)]
+    return [nodes, clients_table(view.clients, now, partitioned)]
 
 
-def clients_table(clients: Iterable[ClientRow], now: float) -> Table:
+def clients_table(clients: Iterable[ClientRow], now: float, partitioned: bool = False) -> Table:
     table = Table(
         [
             Column("nsqd"),
+            *partition_columns(partitioned),
             Column("client"),
             Column("address"),
             Column("user agent"),
@@ -108,7 +114,8 @@ def clients_table(clients: Iterable[ClientRow], now: float) -> Table:
         client = row.client
         compression = "snappy" if client.snappy else "deflate" if client.deflate else ""
         counts = (client.ready_count, client.in_flight_count, client.message_count)
-        cells = [row.node, client.hostname or client.client_id, client.remote_address]
+        cells = [row.node, *([str(row.partition)] if partitioned else [])]
+        cells += [client.hostname or client.client_id, client.remote_address]
         cells += [client.user_agent, flag_cell(client.tls), compression, *map(str, counts)]
         cells += [str(client.finish_count), str(client.requeue_count)]
         table.add([*cells, age_cell(now - client.connect_ts)])
@@ -121,9 +128,14 @@ def channel_json(view: ChannelView) -> dict[str, Any]:
         "channel": view.total.channel,
         "total": row_json(view.total),
         "nodes": [row_json(row) for row in view.nodes],
-        "clients": [{"node": row.node, **asdict(row.client)} for row in view.clients],
+        "clients": [_client_json(row) for row in view.clients],
         **failures_json(view),
     }
+
+
+def _client_json(row: ClientRow) -> dict[str, Any]:
+    partition = {} if row.partition is None else {"partition": row.partition}
+    return {"node": row.node, **partition, **asdict(row.client)}
 
 
 def age_cell(seconds: float) -> str:

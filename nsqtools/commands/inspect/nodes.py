@@ -33,8 +33,9 @@ def command(**options: Any) -> None:
     """Every nsqd and nsqlookupd of the cluster.
 
     Per nsqd (given, or registered with the lookupds): HTTP and TCP address, hostname,
-    version, health, topics, channels, depth, messages, clients, and the topics the
-    lookupds tombstoned for it. Per lookupd: its version, or why it did not answer.
+    version, health, topics (and, on the Youzan fork, the topic partitions it holds),
+    channels, depth, messages, clients, and the topics the lookupds tombstoned for it.
+    Per lookupd: its version, or why it did not answer.
     """
     from nsqtools.inspection import gather_nodes
 
@@ -48,6 +49,7 @@ def command(**options: Any) -> None:
 
 
 def nodes_tables(view: NodesView) -> list[Table]:
+    partitioned = any(node.partition_count for node in view.nodes)
     nsqds = Table(
         [
             Column("address"),
@@ -56,6 +58,7 @@ def nodes_tables(view: NodesView) -> list[Table]:
             Column("version"),
             Column("health"),
             Column("topics", numeric=True),
+            *([Column("partitions", numeric=True)] if partitioned else []),
             Column("channels", numeric=True),
             Column("depth", numeric=True),
             Column("messages", numeric=True),
@@ -66,11 +69,13 @@ def nodes_tables(view: NodesView) -> list[Table]:
     )
     for node in view.nodes:
         cells = [node.http_address, node.tcp_address, node.hostname, node.version]
+        partitions = [str(node.partition_count)] if partitioned else []
         if node.error is None:
-            numbers = (len(node.topics), node.channel_count, node.depth, node.message_count)
-            cells += [node.health, *map(str, (*numbers, node.client_count))]
+            numbers = (node.channel_count, node.depth, node.message_count, node.client_count)
+            cells += [node.health, str(len(node.topics)), *partitions, *map(str, numbers)]
         else:
-            cells += [f"no answer: {_reason(node.error)}", "", "", "", "", ""]
+            blanks = ["", "", "", "", ""] + [""] * len(partitions)
+            cells += [f"no answer: {_reason(node.error)}", *blanks]
         healthy = node.error is None and node.health == "OK"
         nsqds.add([*cells, " ".join(node.tombstoned_topics)], "" if healthy else "red")
     tables = [nsqds]
@@ -95,6 +100,7 @@ def nodes_json(view: NodesView) -> dict[str, Any]:
             "health": node.health,
             "topics": list(node.topics),
             "tombstoned_topics": list(node.tombstoned_topics),
+            **({"partition_count": node.partition_count} if node.partition_count else {}),
             "channel_count": node.channel_count,
             "depth": node.depth,
             "message_count": node.message_count,

@@ -1,6 +1,7 @@
 """What the five inspection commands share: --interval and the gathering it drives
-(one poll, or two and the rates), the columns and cells of topic and channel rows, the
-channels table, the rows' JSON, and the end of a command when nothing was found."""
+(one poll, or two and the rates), the columns and cells of topic and channel rows (with
+a partition column when the rows come from the Youzan fork), the channels table, the
+rows' JSON, and the end of a command when nothing was found."""
 
 from __future__ import annotations
 
@@ -64,10 +65,27 @@ def gather_view(
 
 
 def channels_table(channels: Sequence[ChannelRow], rates: bool, title: str = "") -> Table:
-    table = Table([Column("channel"), *channel_columns(rates), Column("nsqds")], title)
+    partitioned = has_partitions(channels)
+    columns = [Column("channel"), *channel_columns(rates), Column("nsqds")]
+    table = Table([*columns, *partition_columns(partitioned)], title)
     for row in channels:
-        table.add([row.channel, *channel_cells(row, rates), " ".join(row.nodes)], row_style(row))
+        cells = [row.channel, *channel_cells(row, rates), " ".join(row.nodes)]
+        table.add([*cells, *partition_cells(row, partitioned)], row_style(row))
     return table
+
+
+def has_partitions(rows: Iterable[TopicRow | ChannelRow]) -> bool:
+    """Whether the rows come from the Youzan fork's nsqds, which have partitions."""
+    return any(row.partitions for row in rows)
+
+
+def partition_columns(partitioned: bool) -> list[Column]:
+    return [Column("partition")] if partitioned else []
+
+
+def partition_cells(row: TopicRow | ChannelRow, partitioned: bool) -> list[str]:
+    """The fork's partitions the row sums, or the one a node's row is."""
+    return [" ".join(map(str, row.partitions))] if partitioned else []
 
 
 def fail_not_found(message: str, failures: Sequence[Any]) -> NoReturn:
@@ -169,6 +187,8 @@ _CHANNEL_COUNTS = (
 
 def row_json(row: TopicRow | ChannelRow) -> dict[str, Any]:
     document = asdict(row)
+    if not row.partitions:  # upstream's rows, as they were before the fork's
+        del document["partitions"]
     counts = document.pop("counters")
     names = _CHANNEL_COUNTS if "channel" in document else _TOPIC_COUNTS
     document |= {name: counts[name] for name in names}

@@ -26,9 +26,12 @@ from nsqtools.commands.inspect.shared import (
     fail_not_found,
     failures_json,
     gather_view,
+    has_partitions,
     interval_option,
     latency_cells,
     latency_columns,
+    partition_cells,
+    partition_columns,
     paused_cell,
     quantiles_of,
     rate_cells,
@@ -49,9 +52,10 @@ if TYPE_CHECKING:
 def command(topic: str, **options: Any) -> None:
     """TOPIC in detail, per nsqd, with its channels.
 
-    Per nsqd and in total: depth (in memory and on disk), messages, channels, paused,
-    and the e2e latency percentiles when nsqd measures them (the total's are the
-    highest any nsqd reports). Then every channel, as `nsq channels` shows them.
+    Per nsqd (per partition, on the Youzan fork) and in total: depth (in memory and on
+    disk), messages, channels, paused, and the e2e latency percentiles when nsqd
+    measures them (the total's are the highest any nsqd reports). Then every channel,
+    as `nsq channels` shows them.
     """
     from nsqtools.inspection import gather_topic
 
@@ -69,8 +73,10 @@ def command(topic: str, **options: Any) -> None:
 def topic_tables(view: TopicView, rates: bool) -> list[Table]:
     rows = [*view.nodes, view.total]
     quantiles = quantiles_of(rows)
+    partitioned = has_partitions(rows)
     columns = [
         Column("nsqd"),
+        *partition_columns(partitioned),
         *depth_columns(),
         Column("messages", numeric=True),
         *rate_columns(rates),
@@ -83,6 +89,7 @@ def topic_tables(view: TopicView, rates: bool) -> list[Table]:
         name = TOTAL if row is view.total else row.nodes[0]
         cells = [
             name,
+            *partition_cells(row, partitioned),
             *depth_cells(row),
             str(row.counters.message_count),
             *rate_cells(row, rates),

@@ -22,7 +22,10 @@ from nsqtools.commands.inspect.shared import (
     depth_columns,
     failures_json,
     gather_view,
+    has_partitions,
     interval_option,
+    partition_cells,
+    partition_columns,
     paused_cell,
     rate_cells,
     rate_columns,
@@ -55,6 +58,7 @@ def command(**options: Any) -> None:
 
 
 def topics_tables(view: TopicsView, rates: bool) -> list[Table]:
+    partitioned = has_partitions(view.topics)
     columns = [
         Column("topic"),
         *depth_columns(),
@@ -63,12 +67,14 @@ def topics_tables(view: TopicsView, rates: bool) -> list[Table]:
         Column("channels", numeric=True),
         Column("paused"),
         Column("nsqds"),
+        *partition_columns(partitioned),
     ]
     table = Table(columns)
     for row in view.topics:
         cells = [row.topic, *depth_cells(row), str(row.counters.message_count)]
         cells += [*rate_cells(row, rates), str(len(row.channels)), paused_cell(row)]
-        table.add([*cells, " ".join(row.nodes)], row_style(row))
+        cells += [" ".join(row.nodes), *partition_cells(row, partitioned)]
+        table.add(cells, row_style(row))
     return [table]
 
 

@@ -10,7 +10,8 @@ YouzanCluster owns one nsqlookupd HTTP API (/lookup with partitions and meta, th
 wrapped 0.3.x envelope or the bare v1 one, /listlookup, /info, /topics, /channels,
 /nodes) and N nsqds on the TCP protocol (PUB and its TRACE/EXT variants, SUB,
 SUB_ADVANCED, SUB_ORDERED, binary message ids read at fixed length, the fork's error
-codes), each with a minimal HTTP API (/ping and /info only). It also owns the state they
+codes), each with its HTTP API (/ping, /info, /stats in the fork's shape, /pub,
+/pubtrace). It also owns the state they
 share: every topic's partitions and their stored messages, each channel's delivery
 state, every command received. Tests script it: inject messages, refuse the next
 publish with an error code, move a partition's leader, make a topic unwritable.
@@ -23,6 +24,10 @@ our CLI as subprocesses against it, and it must keep going while their loops blo
         ... point a client at fork.lookupd_http_address ...
         fork.stored("t"), fork.finished("t", "ch"), fork.commands()
 
+As on the fork, a channel first made by a SUB starts at the end of its partition, and a
+topic is writable only once it has a channel: name in ForkTopic(channels=...) the
+channels a test reads injected messages from, or subscribe before storing them.
+
 This package is that one face; its modules, from the bottom up:
 
 - wire.py: the fork's constants (version, frames, limits, error texts) and Refusal;
@@ -31,6 +36,7 @@ This package is that one face; its modules, from the bottom up:
 - reader.py: commands read off a client's stream, ids at fixed length;
 - session.py: one client connection on the TCP protocol (reader and delivery threads);
 - httpapi.py: the HTTP server and the 0.3.x or v1 envelope both daemons answer with;
+- stats.py: one nsqd's /stats document, in the fork's shape;
 - nsqd.py: one nsqd's listener, HTTP API and peer record;
 - lookupd.py: the nsqlookupd's HTTP API;
 - cluster.py: YouzanCluster, its threads, and what tests script and read.

@@ -1,6 +1,7 @@
 """What a command carries, read and checked: PUB-family bodies (plain, traced, with an
-extend header, batched) as drafts to store, the answer a publish gets, partition
-parameters, topic and channel names, and SUB_ADVANCED's start positions.
+extend header, batched) as drafts to store, whether their topic takes extend headers,
+the answer a publish gets, partition parameters, topic and channel names, SUB_ADVANCED's
+start positions, IDENTIFY's fields, and INTERNAL_CREATE_TOPIC's refusal.
 """
 
 from __future__ import annotations
@@ -9,44 +10,62 @@ import json
 import re
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from nsqtools.testing.youzan.state import Draft, StoredMessage
-from nsqtools.testing.youzan.wire import OK, TAG_KEY, TRACE_ID_KEY, Refusal, invalid, trace_answer
+from nsqtools.testing.youzan.state import Draft, Partition, StoredMessage
+from nsqtools.testing.youzan.wire import (
+    DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS,
+    EXT_LENGTH_SIZE,
+    MIN_OUTPUT_BUFFER_TIMEOUT_MS,
+    OK,
+    TAG_KEY,
+    TRACE_ID_KEY,
+    TRACE_ID_SIZE,
+    Refusal,
+    invalid,
+    trace_answer,
+)
 
 TOPIC_NAME = re.compile(r"^[.a-zA-Z0-9_-]{1,64}$")
 CHANNEL_NAME = re.compile(r"^[.a-zA-Z0-9_-]{1,64}(#ephemeral)?$")
 
 
-def _payload(name: str, body: bytes) -> bytes:
-    if not body:
-        raise Refusal("E_BAD_MESSAGE", f"{name} invalid message body size 0")
-    return body
+# The texts below are the fork's (nsqdserver/protocol_v2.go); `index` is a message's
+# place in an MPUB-family batch, None for a single message.
 
 
-def _traced_draft(name: str, data: bytes) -> Draft:
-    """[8-byte BE trace id][payload]."""
-    if len(data) < 8:
-        raise Refusal("E_BAD_BODY", f"{name} body too short for a trace id")
-    (trace_id,) = struct.unpack(">Q", data[:8])
-    return Draft(_payload(name, data[8:]), trace_id=trace_id, traced=True)
+def _traced_draft(data: bytes, index: int | None) -> Draft:
+    """[8-byte BE trace id][payload], the payload not empty."""
+    if len(data) <= TRACE_ID_SIZE:  # spec, Observed: "invalid body size 5 with trace id..."
+        if index is None:
+            raise Refusal("E_BAD_BODY", f"invalid body size {len(data)} with trace id enabled")
+        text = f"MPUB invalid message({index}) body size {len(data)} for tracing"
+        raise Refusal("E_BAD_MESSAGE", text)
+    (trace_id,) = struct.unpack(">Q", data[:TRACE_ID_SIZE])
+    return Draft(data[TRACE_ID_SIZE:], trace_id=trace_id, traced=True)
 
 
-def _ext_draft(name: str, data: bytes) -> Draft:
-    """[2-byte BE json len][json header][payload]."""
-    if len(data) < 2:
-        raise Refusal("E_BAD_BODY", f"{name} body too short for an extend header")
-    (size,) = struct.unpack(">H", data[:2])
-    ext, payload = data[2 : 2 + size], data[2 + size :]
-    if len(ext) < size:
-        raise Refusal("E_BAD_BODY", f"{name} extend header longer than the body")
-    header = _json_header(ext) if ext else {}
+def _ext_draft(data: bytes, index: int | None) -> Draft:
+    """[2-byte BE json len][json header][payload], the payload not empty. A header the
+    fork cannot parse, an empty one of PUB_EXT among them, is refused non-fatally."""
+    if len(data) <= EXT_LENGTH_SIZE:
+        raise Refusal("E_BAD_BODY", f"invalid body size {len(data)} with ext json header enabled")
+    (size,) = struct.unpack(">H", data[:EXT_LENGTH_SIZE])
+    if len(data) <= EXT_LENGTH_SIZE + size:
+        text = f"invalid body size {len(data)} in ext json header content length"
+        raise Refusal("E_BAD_BODY", text)
+    ext, payload = data[EXT_LENGTH_SIZE : EXT_LENGTH_SIZE + size], data[EXT_LENGTH_SIZE + size :]
+    if not ext and index is not None:
+        return Draft(payload)  # MPUB_EXT: a message without a header
+    header = _json_header(ext)
     trace = _trace_id(header)
     tag = header.get(TAG_KEY, "")
-    if not isinstance(tag, str):
-        raise Refusal("E_BAD_TAG")
     return Draft(
-        _payload(name, payload), trace_id=trace or 0, traced=trace is not None, ext=ext, tag=tag
+        payload,
+        trace_id=trace or 0,
+        traced=trace is not None,
+        ext=ext,
+        tag=tag if isinstance(tag, str) else "",  # the fork ignores a tag not a string
     )
 
 
@@ -55,21 +74,27 @@ def _trace_id(header: dict[str, Any]) -> int | None:
     trace = header.get(TRACE_ID_KEY)
     if trace is None:
         return None
-    if not (isinstance(trace, str) and trace.isascii() and trace.isdigit()):
-        raise Refusal("E_INVALID_JSON_HEADER", f"{TRACE_ID_KEY} is not a decimal string")
-    if int(trace) >= 2**64:
-        raise Refusal("E_INVALID_JSON_HEADER", f"{TRACE_ID_KEY} is out of range")
+    if not isinstance(trace, str):
+        raise Refusal("INVALID_TRACE_ID", "passin trace id should be string", fatal=False)
+    if not (trace.isascii() and trace.isdigit() and int(trace) < 2**64):
+        raise Refusal("INVALID_TRACE_ID", "invalid trace id", fatal=False)
     return int(trace)
 
 
 def _json_header(ext: bytes) -> dict[str, Any]:
-    try:
-        header = json.loads(ext)
-    except (ValueError, RecursionError):
-        header = None
-    if not isinstance(header, dict):
-        raise Refusal("E_INVALID_JSON_HEADER")
-    return header
+    """The header's keys. Any JSON value is a header to the fork (fastjson); one that is
+    not an object has no keys. The fork's parser words its errors otherwise than
+    Python's, but for the empty header."""
+    if not ext:
+        reason = "cannot parse empty string"
+    else:
+        try:
+            header = json.loads(ext)
+        except (ValueError, RecursionError) as error:
+            reason = f"cannot parse JSON: {error}"
+        else:
+            return header if isinstance(header, dict) else {}
+    raise Refusal("E_INVALID_JSON_HEADER", f"fail to parse json header:{reason}", fatal=False)
 
 
 def _split_batch(name: str, body: bytes) -> list[bytes]:
@@ -93,16 +118,24 @@ def _split_batch(name: str, body: bytes) -> list[bytes]:
     return parts
 
 
+def _not_empty(data: bytes, index: int) -> bytes:
+    if not data:
+        raise Refusal("E_BAD_MESSAGE", f"MPUB invalid message({index}) body size 0")
+    return data
+
+
 def read_drafts(name: bytes, body: bytes) -> list[Draft]:
-    text = name.decode()
-    read_one: Callable[[str, bytes], Draft] = {
-        b"PUB": lambda n, d: Draft(_payload(n, d)),
+    if not body:
+        raise Refusal("E_BAD_BODY", "invalid body size 0")
+    read_one: Callable[[bytes, int | None], Draft] = {
+        b"PUB": lambda data, _: Draft(data),
         b"PUB_TRACE": _traced_draft,
         b"PUB_EXT": _ext_draft,
     }[name.removeprefix(b"M")]
     if name.startswith(b"M"):
-        return [read_one(text, data) for data in _split_batch(text, body)]
-    return [read_one(text, body)]
+        batch = enumerate(_split_batch(name.decode(), body))
+        return [read_one(_not_empty(data, index), index) for index, data in batch]
+    return [read_one(body, None)]
 
 
 def publish_answer(name: bytes, drafts: list[Draft], stored: list[StoredMessage]) -> bytes:
@@ -162,3 +195,36 @@ def int_field(request: dict[str, Any], name: str, default: int) -> int:
     if type(value) is not int:
         raise Refusal("E_BAD_BODY", f"IDENTIFY {name} is not an integer: {value!r}")
     return value
+
+
+def output_buffer_timeout(requested: int) -> int:
+    """The fork's client_v2: -1 turns the buffer timeout off, 0 keeps the default (50 ms,
+    spec: IDENTIFY's answer), below 10 ms is raised to 10. (Its upper bound is not kept.)"""
+    if requested == -1:
+        return 0
+    if requested == 0:
+        return DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS
+    return max(requested, MIN_OUTPUT_BUFFER_TIMEOUT_MS)
+
+
+def refuse_create_topic(params: list[bytes]) -> NoReturn:
+    """INTERNAL_CREATE_TOPIC <topic> <partition>: for non-cluster mode only, and this is a
+    cluster (spec, Observed: Publishing)."""
+    if len(params) < 2:
+        raise invalid("CREATE_TOPIC insufficient number of parameters")
+    raise Refusal(
+        "E_CREATE_TOPIC_FAILED",
+        "CREATE_TOPIC is not allowed here while cluster feature enabled.",
+        fatal=False,
+    )
+
+
+def check_ext_support(name: bytes, drafts: list[Draft], partition: Partition) -> None:
+    """PUB_EXT to a topic without extend support, or MPUB_EXT of a message with a
+    header: non-fatal E_EXT_NOT_SUPPORT (spec, Observed: Publishing). The fork's
+    MPUB_EXT takes a message with an empty header as a plain one."""
+    if partition.topic.extend or not name.endswith(b"_EXT"):
+        return
+    if name == b"PUB_EXT" or any(draft.ext for draft in drafts):
+        text = f"ext content not supported in topic {partition.topic.name}"
+        raise Refusal("E_EXT_NOT_SUPPORT", text, fatal=False)

@@ -40,7 +40,7 @@ class YouzanCluster(StartsAndStops):
         self._store = Store(nsqd_count)
         for topic in topics:
             self._store.add_topic(topic)
-        self._nsqds = [ForkNsqd(index) for index in range(nsqd_count)]
+        self._nsqds = [ForkNsqd(index, self._store) for index in range(nsqd_count)]
         self._lookupd = Lookupd(self._store, self._nsqds)
         self.lookupd_http_address = self._lookupd.http_address
         self.nsqd_tcp_addresses = [nsqd.tcp_address for nsqd in self._nsqds]
@@ -76,6 +76,7 @@ class YouzanCluster(StartsAndStops):
             if self._started:
                 server.shutdown()
             server.server_close()
+        self._lookupd.close()
         with self._store.lock:
             sessions = list(self._store.sessions)
         for session in sessions:
@@ -153,9 +154,10 @@ class YouzanCluster(StartsAndStops):
         on: Literal["pub", "sub"] = "pub",
     ) -> None:
         """Answer the next `times` PUB-family commands to the partition (or SUB-family ones,
-        with on="sub") with this error code. On PUB, not-leader, not-writable and
-        E_PUB_TOO_MUCH_WAITING leave the connection open; every other code, and every
-        code on SUB, closes it."""
+        with on="sub") with this error code. On PUB the codes the fork sends as non-fatal
+        (not-leader, not-writable, ...: wire.NON_FATAL_ON_PUB) leave the connection open;
+        every other code, E_PUB_TOO_MUCH_WAITING among them, and every code on SUB, closes
+        it."""
         with self._store.lock:
             self._store.partition(topic, partition).refusals[on].extend([code] * times)
 

@@ -1,14 +1,24 @@
 """The fork's nsqlookupd, HTTP only: /lookup with partitions and meta (the wrapped 0.3.x
 envelope or the bare v1 one), /listlookup, /info, /topics, /channels, /nodes and /ping,
-answered from the shared state under its lock.
+answered from the shared state under its lock; any other path is v1's 404.
+
+It serves neither the fork's TCP protocol nor its RPC, but holds a listening socket for
+each, so that /listlookup names ports that are really this lookupd's.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nsqtools.testing.youzan.httpapi import PLAIN_OK, HttpError, http_server, port_of
+from nsqtools.testing.youzan.httpapi import (
+    PLAIN_OK,
+    HttpError,
+    http_server,
+    not_found,
+    port_of,
+)
 from nsqtools.testing.youzan.nsqd import ForkNsqd
 from nsqtools.testing.youzan.state import ForkTopic, Partition, Store, Topic
 from nsqtools.testing.youzan.wire import VERSION
@@ -22,8 +32,15 @@ class Lookupd:
         self.nsqds = nsqds
         self.http = http_server(self._route)
         self.http_address = f"127.0.0.1:{port_of(self.http)}"
+        # Bound and listening, never accepted: the ports /listlookup reports.
+        self.tcp_listener = socket.create_server(("127.0.0.1", 0))
+        self.rpc_listener = socket.create_server(("127.0.0.1", 0))
 
-    def _route(self, path: str, query: dict[str, str]) -> Any:
+    def close(self) -> None:
+        self.tcp_listener.close()
+        self.rpc_listener.close()
+
+    def _route(self, path: str, query: dict[str, str], body: bytes) -> Any:
         routes: dict[str, Callable[[dict[str, str]], Any]] = {
             "/lookup": self._lookup,
             "/listlookup": lambda _: self._listlookup(),
@@ -34,7 +51,7 @@ class Lookupd:
             "/ping": lambda _: PLAIN_OK,
         }
         if path not in routes:
-            raise HttpError(404, "NOT_FOUND")
+            return not_found()
         with self.store.lock:
             return routes[path](query)
 
@@ -69,8 +86,8 @@ class Lookupd:
         if not topic.writable:
             return []
         kept = [p for p in partitions if p.channels]
-        if not kept:
-            raise HttpError(500, "Topic has no channel, should init at least one for the new topic")
+        if not kept:  # spec, Observed: nsqlookupd: 404 in the v1 envelope (wrapped: 500)
+            raise HttpError(404, "Topic has no channel, should init at least one for the new topic")
         # A moving partition has no writable leader: "during it the access=w lookup
         # answers 200 with partitions:{} and producers:[]".
         return [p for p in kept if p.move is None]
@@ -87,16 +104,16 @@ class Lookupd:
         }
 
     def _listlookup(self) -> dict[str, Any]:
-        # One lookupd, the leader. The fork's ID format is not on the page; its TCP and
-        # RPC ports are not served here, hence "0".
-        port = self.http_address.rpartition(":")[2]
+        """One lookupd, the leader: the spec's ID "<ip>:<rpc port>:<tcp port>:nsqlookup",
+        ports as strings, Epoch 0."""
+        tcp_port, rpc_port = port_of(self.tcp_listener), port_of(self.rpc_listener)
         node = {
-            "ID": self.http_address,
+            "ID": f"127.0.0.1:{rpc_port}:{tcp_port}:nsqlookup",
             "NodeIP": "127.0.0.1",
-            "TcpPort": "0",
-            "HttpPort": port,
-            "RpcPort": "0",
-            "Epoch": 1,
+            "TcpPort": str(tcp_port),
+            "HttpPort": self.http_address.rpartition(":")[2],
+            "RpcPort": str(rpc_port),
+            "Epoch": 0,
         }
         return {"lookupdleader": node, "lookupdnodes": [node]}
 
@@ -105,16 +122,26 @@ class Lookupd:
         return {"channels": [] if topic is None else topic.channel_names()}
 
     def _nodes(self) -> list[dict[str, Any]]:
-        """nsqlookupd v1's /nodes: each nsqd with the topics it leads a partition of, none
-        tombstoned."""
+        """The fork's /nodes: each nsqd without id and distributed_id, with the topics it
+        leads a partition of (none tombstoned) and those partitions' ids as strings."""
         nodes = []
         for nsqd in self.nsqds:
-            topics = [
-                name
+            partitions = {
+                name: [str(p.number) for p in topic.partitions if p.leader == nsqd.index]
                 for name, topic in self.store.topics.items()
-                if any(p.leader == nsqd.index for p in topic.partitions)
-            ]
-            nodes.append({**nsqd.peer(), "tombstones": [False] * len(topics), "topics": topics})
+            }
+            partitions = {name: ids for name, ids in partitions.items() if ids}
+            peer = nsqd.peer()
+            del peer["id"], peer["distributed_id"]
+            topics = list(partitions)
+            nodes.append(
+                {
+                    **peer,
+                    "tombstones": [False] * len(topics),
+                    "topics": topics,
+                    "partitions": partitions,
+                }
+            )
         return nodes
 
 

@@ -19,11 +19,14 @@ from typing import Any, BinaryIO
 from nsqtools.testing.youzan.arguments import (
     CHANNEL_NAME,
     TOPIC_NAME,
+    check_ext_support,
     check_name,
     int_field,
+    output_buffer_timeout,
     partition_param,
     publish_answer,
     read_drafts,
+    refuse_create_topic,
     start_index,
 )
 from nsqtools.testing.youzan.reader import Closed, read_command, read_exactly
@@ -38,7 +41,6 @@ from nsqtools.testing.youzan.state import (
 from nsqtools.testing.youzan.wire import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_MSG_TIMEOUT_MS,
-    DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS,
     EXT_VERSION_JSON,
     EXT_VERSION_NONE,
     FRAME_ERROR,
@@ -57,6 +59,7 @@ from nsqtools.testing.youzan.wire import (
     Refusal,
     invalid,
     not_in_flight,
+    unknown_command,
 )
 
 # A peer that stopped reading still gets its fatal error frame: how long to wait for it
@@ -80,6 +83,10 @@ class ForkSession:
         self.file: BinaryIO = sock.makefile("rb")
         self.write_lock = threading.Lock()
         self.closed = False
+        # For nsqd's /stats: who the client is and since when.
+        self.remote_address = _peer_of(sock)
+        self.connect_ts = int(time.time())
+        self.identity: dict[str, Any] = {}  # what IDENTIFY sent
         # Negotiated in IDENTIFY.
         self.identified = False
         self.heartbeat_ms = DEFAULT_HEARTBEAT_MS
@@ -94,11 +101,6 @@ class ForkSession:
         self.detail = False  # offset and raw size in MESSAGE frames
         self.rdy = 0
         self.in_flight = 0
-
-    def wants(self, message: StoredMessage) -> bool:
-        # "A consumer with desired_tag gets only messages with that tag"; the page is
-        # silent about consumers without one: they get every message.
-        return not self.desired_tag or message.tag == self.desired_tag
 
     # The reader thread.
 
@@ -143,11 +145,11 @@ class ForkSession:
             b"CLS": self._close_wait,
         }
         if name == b"AUTH":
-            raise Refusal("E_AUTH_DISABLED", "AUTH disabled")  # auth_required is false
+            raise Refusal("E_AUTH_DISABLED", "AUTH Disabled")  # auth_required is false
+        if name == b"INTERNAL_CREATE_TOPIC":
+            refuse_create_topic(params)
         if name not in handlers:
-            # SUB_ORDER (the design doc's name) among them; INTERNAL_CREATE_TOPIC too:
-            # it is for non-cluster mode only, and this is a cluster.
-            raise invalid("invalid command")
+            raise unknown_command([name, *params])  # SUB_ORDER (the design doc's name) too
         return handlers[name](params)
 
     def _refuse(self, refusal: Refusal) -> None:
@@ -177,6 +179,7 @@ class ForkSession:
         msg_timeout = int_field(request, "msg_timeout", 0)
         with self.store.lock:
             self.identified = True
+            self.identity = request
             # -1 disables heartbeats, 0 keeps the default. Any positive interval is
             # taken as it is (nsqd wants 1 s or more): fast heartbeats for tests.
             if heartbeat:
@@ -204,14 +207,15 @@ class ForkSession:
             "msg_timeout": self.msg_timeout_ms,
             "tls_v1": False,
             "deflate": False,
-            "deflate_level": int_field(request, "deflate_level", 6) or 6,
+            "deflate_level": 0,  # the fork says 0 unless it grants deflate (never, here)
             "max_deflate_level": 6,
             "snappy": False,
             "sample_rate": self.sample_rate,
             "auth_required": False,
             "output_buffer_size": OUTPUT_BUFFER_SIZE,
-            "output_buffer_timeout": int_field(request, "output_buffer_timeout", 0)
-            or DEFAULT_OUTPUT_BUFFER_TIMEOUT_MS,
+            "output_buffer_timeout": output_buffer_timeout(
+                int_field(request, "output_buffer_timeout", 0)
+            ),
         }
         if self.desired_tag:  # omitempty
             answer["desired_tag"] = self.desired_tag
@@ -236,8 +240,7 @@ class ForkSession:
                 raise refusal
             if not self.store.topics[topic_name].writable:
                 raise Refusal("E_FAILED_ON_NOT_WRITABLE", fatal=False)
-            if name.endswith(b"_EXT") and not partition.topic.extend:
-                raise Refusal("E_EXT_NOT_SUPPORT")
+            check_ext_support(name, drafts, partition)
             stored = [self.store.append(partition, draft, timestamp) for draft in drafts]
         return publish_answer(name, drafts, stored)
 
@@ -245,6 +248,8 @@ class ForkSession:
         command = name.decode()
         if self.state != _INIT:
             raise invalid(f"cannot {command} in current state")
+        if self.heartbeat_ms <= 0:  # spec, Observed: Consuming; the fork says "SUB" for all
+            raise invalid("cannot SUB with heartbeats disabled")
         if len(params) < (3 if name == b"SUB_ORDERED" else 2):
             raise invalid(f"{command} insufficient number of parameters")
         topic_name, channel_name = (param.decode(errors="replace") for param in params[:2])
@@ -270,7 +275,7 @@ class ForkSession:
         if topic.ordered and name != b"SUB_ORDERED":
             raise Refusal("E_SUB_ORDER_IS_MUST")
         if name == b"SUB_ORDERED" and self.sample_rate != 0:
-            raise invalid("SUB_ORDERED needs sample_rate 0")
+            raise invalid("order consume is not allowed while sample rate is not 0")
         if topic.extend and not self.extend_support:
             raise Refusal("E_SUB_EXTEND_NEED")
         if self.extend_support and not topic.extend:
@@ -280,6 +285,8 @@ class ForkSession:
         if name not in partition.channels and partition.topic.disable_channel_auto_create:
             raise Refusal("E_SUB_CHANNEL_NOT_REGISTERED")
         channel = partition.channel(name)
+        if not partition.topic.extend:
+            self.desired_tag = ""  # the fork drops a tag on a topic without tags
         start = start_index(partition.messages, position) if position is not None else None
         # "Only the channel's first client can set it": later ones subscribe where the
         # channel is (the page is silent about an error, so none).
@@ -288,6 +295,7 @@ class ForkSession:
         channel.sessions.append(self)
         self.channel = channel
         self.state = _SUBSCRIBED
+        self.store.lock.notify_all()  # a new tag's messages are for this consumer now
         return channel
 
     def _ready(self, params: list[bytes]) -> None:
@@ -443,3 +451,12 @@ class ForkSession:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _peer_of(sock: socket.socket) -> str:
+    """The client's "ip:port"; "" when it is gone already."""
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return ""
+    return f"{host}:{port}"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from nsqtools.testing.youzan.wire import (
     DISK_LENGTH_PREFIX,
+    FIRST_SEQUENCE,
     MESSAGE_HEADER_SIZE,
     NON_FATAL_ON_PUB,
     PARTITION_SHIFT,
@@ -35,7 +36,8 @@ class ForkTopic:
     ordered: bool = False
     extend: bool = False  # "extend_support" in meta; needs extend_support in IDENTIFY
     disable_channel_auto_create: bool = False
-    # Channels created up front on every partition (lookup's "channels"; access=w needs one).
+    # Channels created with the topic on every partition (lookup's "channels"; access=w
+    # needs one): they get every message, as they exist before the first.
     channels: tuple[str, ...] = ()
 
 
@@ -45,7 +47,7 @@ class StoredMessage:
 
     topic: str
     partition: int
-    internal_id: int  # (partition << 50) + sequence (sequence from 1, per partition)
+    internal_id: int  # (partition << 50) + sequence (from FIRST_SEQUENCE, per partition)
     trace_id: int  # 0 unless published with a trace
     timestamp: int  # ns since the epoch
     # Disk-queue offset: the sum of the raw sizes of the partition's earlier messages.
@@ -99,12 +101,17 @@ class Channel:
     def __init__(self, partition: Partition, name: str) -> None:
         self.partition = partition
         self.name = name
-        self.cursor = 0  # partition.messages[cursor:] were never waiting here
+        # partition.messages[cursor:] were never waiting here. "A new channel starts at
+        # the end of its partition" (spec, Observed on a running fork): it gets only what
+        # is stored after it exists. The topic's own channels exist before any message.
+        self.cursor = len(partition.messages)
         self.waiting: list[_Waiting] = []  # in offset order
         self.in_flight: dict[bytes, InFlight] = {}
         self.attempts: dict[bytes, int] = {}
         self.sessions: list[ForkSession] = []
         self.ordered = False
+        self.requeue_count = 0  # REQs (nsqd's channel requeue_count)
+        self.timeout_count = 0  # messages that timed out in flight
 
     def seek(self, start: int) -> None:
         """Send from partition.messages[start] on (SUB_ADVANCED); what is in flight stays."""
@@ -112,20 +119,21 @@ class Channel:
         self.cursor = start
 
     def take(self, session: ForkSession, now: float) -> tuple[StoredMessage, int] | None:
-        """The next message for `session` and its attempts, now in flight; or None."""
+        """The next message for `session` and its attempts, now in flight; or None.
+        The fork's channel sends its messages one after the other: the first one ready
+        waits for a consumer that may take it, and the ones behind it wait too."""
         self._pull()
-        candidates = [w for w in self.waiting if session.wants(w.message)]
         if self.ordered:
             # "One message in flight per partition connection, whatever the RDY", and
             # a requeued message comes back before the next even when delayed. Counted
             # per channel partition: the same for the one connection per partition of
             # an ordered consumer.
-            if self.in_flight or not candidates or candidates[0].ready_at > now:
+            if self.in_flight or not self.waiting or self.waiting[0].ready_at > now:
                 return None
-            chosen: _Waiting | None = candidates[0]
+            chosen: _Waiting | None = self.waiting[0]
         else:
-            chosen = next((w for w in candidates if w.ready_at <= now), None)
-        if chosen is None:
+            chosen = next((w for w in self.waiting if w.ready_at <= now), None)
+        if chosen is None or not self._dispatches_to(session, chosen.message):
             return None
         self.waiting.remove(chosen)
         message = chosen.message
@@ -135,6 +143,13 @@ class Channel:
         self.in_flight[message.id] = InFlight(message, session, deadline)
         session.in_flight += 1
         return message, attempts
+
+    def _dispatches_to(self, session: ForkSession, message: StoredMessage) -> bool:
+        """Tags (spec, Observed: Tags): a tagged message goes only to the consumers that
+        identified its tag when one is connected; any other message to the untagged
+        ones. With none connected the channel stalls at that message, "by design"."""
+        wanted = message.tag and any(s.desired_tag == message.tag for s in self.sessions)
+        return session.desired_tag == (message.tag if wanted else "")
 
     def settle(self, session: ForkSession, message_id: bytes) -> InFlight | None:
         """Take a message `session` has in flight out of flight (FIN, REQ)."""
@@ -146,8 +161,21 @@ class Channel:
         return entry
 
     def requeue(self, message: StoredMessage, ready_at: float) -> None:
+        """A REQ: the message waits again, and /stats counts it."""
+        self.requeue_count += 1
+        self._put_back(message, ready_at)
+
+    def _put_back(self, message: StoredMessage, ready_at: float) -> None:
         entry = _Waiting(message, ready_at)
         bisect.insort(self.waiting, entry, key=lambda w: w.message.offset)
+
+    def unconsumed(self) -> list[StoredMessage]:
+        """What the channel has not finished: waiting, in flight, and not yet pulled
+        (/stats's depth)."""
+        pending = [w.message for w in self.waiting]
+        pending += [entry.message for entry in self.in_flight.values()]
+        pending += self.partition.messages[self.cursor :]
+        return pending
 
     def expire(self, now: float) -> bool:
         """Requeue what timed out; True if anything did."""
@@ -155,7 +183,8 @@ class Channel:
         for key in expired:
             entry = self.in_flight.pop(key)
             entry.session.in_flight -= 1
-            self.requeue(entry.message, now)
+            self._put_back(entry.message, now)
+        self.timeout_count += len(expired)
         return bool(expired)
 
     def drop_session(self, session: ForkSession, now: float) -> None:
@@ -166,7 +195,7 @@ class Channel:
         for key, entry in list(self.in_flight.items()):
             if entry.session is session:
                 del self.in_flight[key]
-                self.requeue(entry.message, now)
+                self._put_back(entry.message, now)
         session.in_flight = 0
 
     def next_event(self, now: float) -> float | None:
@@ -278,7 +307,7 @@ class Store:
         return partitions[number]
 
     def append(self, partition: Partition, draft: Draft, timestamp: int) -> StoredMessage:
-        sequence = len(partition.messages) + 1
+        sequence = FIRST_SEQUENCE + len(partition.messages)
         message = StoredMessage(
             topic=partition.topic.name,
             partition=partition.number,
