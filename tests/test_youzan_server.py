@@ -303,29 +303,15 @@ def test_lookup_for_writing_lists_nothing_until_writes_are_enabled(fork: YouzanC
     assert json.loads(writable)["producers"] == [peer(fork, 0), peer(fork, 1)]
 
 
-def test_lookupd_listlookup_info_topics_channels_nodes(fork: YouzanCluster) -> None:
+def test_lookupd_info_topics_channels(fork: YouzanCluster) -> None:
+    """/listlookup, /nodes and the 404: tests/test_youzan_fork_http.py."""
     address = fork.lookupd_http_address
-    node = {
-        "ID": address,
-        "NodeIP": "127.0.0.1",
-        "TcpPort": "0",
-        "HttpPort": str(port(address)),
-        "RpcPort": "0",
-        "Epoch": 1,
-    }
-    assert get(address, "/listlookup", V1) == (
-        200,
-        compact({"lookupdleader": node, "lookupdnodes": [node]}),
-    )
     assert get(address, "/info") == (200, wrapped({"version": VERSION, "ha_support": True}))
     assert get(address, "/info", V1) == (200, b'{"version":"0.3.7-HA.1.12.7","ha_support":true}')
     names = [topic.name for topic in TOPICS]
     assert get(address, "/topics", V1) == (200, compact({"topics": names}))
     assert get(address, "/channels?topic=locked", V1) == (200, b'{"channels":["known"]}')
     assert get(address, "/channels", V1) == (400, b'{"message":"MISSING_ARG_TOPIC"}')
-    nodes = [{**peer(fork, i), "tombstones": [False] * 5, "topics": names} for i in (0, 1)]
-    assert get(address, "/nodes", V1) == (200, compact({"producers": nodes}))
-    assert get(address, "/nope", V1) == (404, b'{"message":"NOT_FOUND"}')
     assert get(fork.nsqd_http_addresses[1], "/ping") == (200, b"OK")
 
 
