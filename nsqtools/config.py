@@ -199,6 +199,9 @@ class ClientConfig:
     topology_region: str = _option(_TEXT, "")
     topology_zone: str = _option(_TEXT, "")
     desired_tag: str = _option(_TEXT, "")  # the Youzan fork's: only messages with this tag
+    # Ours, for the Youzan fork: how long a publish waits for its partition to take writes
+    # again (a leader move, nsqd's back pressure), looking it up again, before it fails.
+    partition_wait: float = _duration("10s", "0", "60m")
     heartbeat_interval: float = _duration("30s")  # negative: heartbeats disabled
     sample_rate: int = _option(_INT, 0, low=0, high=99)
     tls_v1: bool = _option(_BOOL, False)

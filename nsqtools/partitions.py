@@ -3,10 +3,12 @@
 The fork splits a topic into partitions, each led by one nsqd, and every PUB names
 its partition. Partitions knows, per topic, each partition's leader and the topic's
 meta, from nsqlookupd asked for writing (`access=w&metainfo=true`; the other lookupds
-of the cluster, from /listlookup, are asked too), and refreshes them when an nsqd says
-it no longer leads one. It picks a partition for each batch: the one
-asked for; on an ordered topic the one a shard key hashes to; otherwise the next in
-turn (round-robin), so every partition gets its share.
+of the cluster, from /listlookup, are asked too), and refreshes them when an nsqd
+refuses a publish to one. It picks a partition for each batch: the one asked for; on an
+ordered topic the one a shard key hashes to; otherwise the next in turn (round-robin),
+so every partition gets its share. The turns start at a partition of their own for each
+Partitions in a process, from a random one: publishers started together do not all load
+partition 0 first.
 
 The shard key's partition is CRC-32 (IEEE, as zlib and Go's hash/crc32 compute it) of
 the key's bytes modulo the topic's partition count: the same key always goes to the
@@ -16,8 +18,9 @@ same partition while the count stays, whatever process publishes it.
 from __future__ import annotations
 
 import itertools
+import random
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -32,6 +35,29 @@ if TYPE_CHECKING:
 
 class PartitionError(NsqError):
     """A topic's partitions cannot be published to (none writable, not the fork, ...)."""
+
+
+class NoWritablePartition(PartitionError):
+    """nsqlookupd lists no writable partition of the topic: none, or not the one wanted.
+    A leader move looks so for a while ("partitions:{}"): look again later."""
+
+
+# While a topic has no writable partition, it is looked up again at once, then after
+# 0.1 s, 0.2 s, ... 1 s: "a publisher must wait and look up again for a few seconds, not
+# give up after a handful of back-to-back lookups".
+FIRST_LOOKUP_DELAY = 0.1
+MAX_LOOKUP_DELAY = 1.0
+
+# Where each Partitions' round robin starts: the next of these, modulo the partition count.
+_FIRST_TURNS = itertools.count(random.randrange(1 << 16))
+
+
+def retry_delay(tries: int) -> float:
+    """How long to wait before trying again after `tries` tries: none after the first,
+    then FIRST_LOOKUP_DELAY, doubling up to MAX_LOOKUP_DELAY."""
+    if not tries:
+        return 0.0
+    return min(FIRST_LOOKUP_DELAY * 2.0 ** (tries - 1), MAX_LOOKUP_DELAY)
 
 
 def shard_partition(key: bytes, partition_count: int) -> int:
@@ -49,7 +75,8 @@ class Partitions:
         self.lookupd_http_addresses = list(lookupd_http_addresses)
         self.config = config
         self._topics: dict[str, TopicLookup] = {}
-        self._turns: dict[str, Iterator[int]] = {}
+        self._turns: dict[str, int] = {}  # the round robin's next turn, by topic
+        self._first_turn = next(_FIRST_TURNS)
         self._refreshing: dict[str, trio.Event] = {}
         self._client: httpx.AsyncClient | None = None
         self._asked_for_lookupds = False  # the fork's /listlookup, asked once
@@ -68,18 +95,33 @@ class Partitions:
 
     async def refresh(self, topic: str) -> TopicLookup:
         """Look the topic up again (callers at once share one lookup). Raises
-        PartitionError when no lookupd answers or the topic has no writable partition."""
+        PartitionError when no lookupd answers or the topic is not the fork's;
+        NoWritablePartition when it has no writable partition now."""
         if topic in self._refreshing:
             await self._refreshing[topic].wait()
             return self.lookup(topic)
         done = self._refreshing[topic] = trio.Event()
         try:
             self._topics[topic] = await self._ask(topic)
-            self._turns[topic] = itertools.cycle(sorted(self._topics[topic].partitions))
+            self._turns.setdefault(topic, self._first_turn)
         finally:
             del self._refreshing[topic]
             done.set()
         return self._topics[topic]
+
+    async def refresh_until_writable(self, topic: str) -> TopicLookup:
+        """refresh(), looking again with backoff while the topic has no writable
+        partition (during a leader move), for config.partition_wait at most."""
+        deadline = trio.current_time() + self.config.partition_wait
+        tries = 0
+        while True:
+            try:
+                return await self.refresh(topic)
+            except NoWritablePartition:
+                tries += 1
+                if trio.current_time() + retry_delay(tries) > deadline:
+                    raise
+            await trio.sleep(retry_delay(tries))
 
     async def _ask(self, topic: str) -> TopicLookup:
         from nsqtools import discovery
@@ -95,10 +137,16 @@ class Partitions:
                 self.lookupd_http_addresses.extend(more)
             return found
         if errors:
-            raise PartitionError(str(errors[0]))
+            raise PartitionError(f"cannot look up topic {topic}: {errors[0]}")
         if found.producers:
             raise PartitionError(f"topic {topic} is not on the Youzan fork: it has no partitions")
-        raise PartitionError(f"topic {topic} has no writable partition (nsqlookupd lists none)")
+        raise NoWritablePartition(
+            f"topic {topic} has no writable partition now (nsqlookupd lists none)"
+        )
+
+    def knows(self, topic: str) -> bool:
+        """True once the topic was looked up."""
+        return topic in self._topics
 
     def lookup(self, topic: str) -> TopicLookup:
         """What the last refresh found (refresh first)."""
@@ -123,9 +171,11 @@ class Partitions:
         return None if node is None else node.tcp_address
 
     def next_partition(self, topic: str) -> int:
-        """The partitions in turn, for a topic whose messages need no order."""
-        self.lookup(topic)
-        return next(self._turns[topic])
+        """The writable partitions in turn, for a topic whose messages need no order."""
+        writable = sorted(self.lookup(topic).partitions)
+        turn = self._turns[topic]
+        self._turns[topic] = turn + 1
+        return writable[turn % len(writable)]
 
     def for_key(self, topic: str, key: bytes) -> int:
         return shard_partition(key, self.partition_count(topic))

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "topology_region": "",
     "topology_zone": "",
     "desired_tag": "",  # the Youzan fork's go-nsq (DesiredTag)
+    "partition_wait": 10.0,  # ours, for the Youzan fork
     "heartbeat_interval": 30.0,
     "sample_rate": 0,
     "tls_v1": False,
@@ -110,6 +111,7 @@ RANGES = [
         ("deflate_level", "1", "9", "0", "10"),
         ("max_in_flight", "0", None, "-1", None),
         ("msg_timeout", "0s", None, "-1ns", None),
+        ("partition_wait", "0s", "1h0m0s", "-1s", "61m"),
     ]
 ]
 

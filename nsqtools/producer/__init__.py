@@ -22,9 +22,10 @@ policy from hostpolicy.py ("round-robin", "hostpool", "epsilon-greedy", as nsq_t
 The Youzan fork: a batch may name its partition (PUB/MPUB with it), carry trace ids
 (PUB_TRACE/MPUB_TRACE, whose 30-byte answer comes back in its PublishOutcome) or an
 extend header (PUB_EXT, one message). With Partitions (nsqtools.partitions), batches go
-to their partition's leader, a partition picked for each batch when none is named, and a
-refusal that says the partition moved makes Partitions look the topic up again and the
-batch go to the new leader, at most MAX_REROUTES times.
+to their partition's leader, a partition picked for each batch when none is named (a
+topic not looked up yet is looked up first), and a batch whose partition has no writable
+leader (moved, moving, busy) is held while Partitions looks the topic up again, with
+backoff, for the config's partition_wait.
 
 The modules, from the caller down:
 - producer.py: the Producer (publish*, put*/flush) and open_producer();
@@ -38,7 +39,6 @@ The modules, from the caller down:
 
 from nsqtools.hostpolicy import MODES
 from nsqtools.producer.encoding import ForkPublish, cut_points
-from nsqtools.producer.leaders import MAX_REROUTES
 from nsqtools.producer.outcomes import OutcomeHandler, PublishOutcome
 from nsqtools.producer.producer import (
     PUT_MANY_CHUNK,
@@ -48,7 +48,6 @@ from nsqtools.producer.producer import (
 )
 
 __all__ = [
-    "MAX_REROUTES",
     "MODES",
     "PUT_MANY_CHUNK",
     "ForkPublish",

@@ -1,9 +1,10 @@
 """Getting each batch acknowledged: which nsqd it goes to (every one in "all" mode, the
 host policy's pick in the others, its partition's leader on the Youzan fork), and what
 each answer means for it: done; cut again under the limit nsqd named; tried again, on
-another nsqd or on the same one once redialed, after a failed connection; rerouted when
-its partition moved; or failed. A batch is resolved in the ledger once every part of it
-has its outcome.
+another nsqd or on the same one once redialed, after a failed connection; held and
+rerouted when its partition moved, is moving or is busy; sent again after a backoff when
+the fork's nsqd asks to slow down; or failed. A batch is resolved in the ledger once
+every part of it has its outcome.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from nsqtools.config import ClientConfig
 from nsqtools.durations import format_duration
 from nsqtools.errors import ConnectError, NsqError, NsqErrorResponse
 from nsqtools.hostpolicy import HostPolicy
-from nsqtools.partitions import Partitions
+from nsqtools.partitions import Partitions, retry_delay
 from nsqtools.producer.encoding import SIZE_ERRORS, cut_points
-from nsqtools.producer.leaders import LeaderRouting, moved
+from nsqtools.producer.leaders import LeaderRouting, refused_for_partition
 from nsqtools.producer.node import Node, is_transient
 from nsqtools.producer.outcomes import BatchPart, OutcomeLedger, PublishBatch
 
 log = logging.getLogger("nsqtools.producer")
+
+# The Youzan fork's nsqd asking its publishers to slow down.
+BACK_PRESSURE = "E_PUB_TOO_MUCH_WAITING"
 
 
 class Dispatcher:
@@ -54,6 +58,8 @@ class Dispatcher:
         )
         self._policy = policy
         self._ledger = ledger
+        self._config = config
+        self._nursery: trio.Nursery | None = None
         self._nodes = [
             Node(index, address, config, reconnect_timeout, self.on_part)
             for index, address in enumerate(addresses)
@@ -61,6 +67,7 @@ class Dispatcher:
 
     def start(self, nursery: trio.Nursery) -> None:
         """Run the nodes (and the leaders, dialed later) in nursery."""
+        self._nursery = nursery
         for node in self._nodes:
             nursery.start_soon(node.run, nursery)
         if self.leaders is not None:
@@ -92,15 +99,35 @@ class Dispatcher:
             if self._policy is not None:
                 self._policy.mark_success(node.index, now, response_time)
             self._settle(part)
-        elif self.leaders is not None and moved(error):
+        elif self.leaders is not None and refused_for_partition(error):
             assert isinstance(error, NsqErrorResponse)
-            self.leaders.reroute(part, error)
+            self.leaders.refused(part, error)
+        elif isinstance(error, NsqErrorResponse) and error.code == BACK_PRESSURE:
+            self._slow_down(node, part, error, now)
         elif isinstance(error, NsqErrorResponse) and error.code in SIZE_ERRORS:
             self._cut_again(node, part, error)
         elif is_transient(error):
             self._try_again(node, part, error, now)
         else:
             self.fail(part, error)
+
+    def _slow_down(self, node: Node, part: BatchPart, error: NsqError, now: float) -> None:
+        """The fork's nsqd has too many publishes waiting ("treat it as retryable, not
+        fatal"): send the part to it again after a backoff, for up to partition_wait."""
+        if part.held_since is None:
+            part.held_since = now
+        if now - part.held_since >= self._config.partition_wait:
+            waited = format_duration(self._config.partition_wait)
+            self.fail(part, NsqError(f"{error}; waited {waited}"))
+            return
+        part.holds += 1
+        assert self._nursery is not None, "the dispatcher is not running"
+        self._nursery.start_soon(self._send_again_after, node, part, retry_delay(part.holds))
+
+    @staticmethod
+    async def _send_again_after(node: Node, part: BatchPart, delay: float) -> None:
+        await trio.sleep(delay)
+        node.send_again(part)
 
     def fail(self, part: BatchPart, error: NsqError) -> None:
         part.batch.fail(part.start, part.end, error)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -71,6 +71,8 @@ class PublishBatch:
         size: int,
         sequence: int,
         fork: ForkPublish | None = None,
+        *,
+        unrouted: bool = False,
     ) -> None:
         self.topic = topic
         self.bodies = bodies
@@ -79,7 +81,8 @@ class PublishBatch:
         self.size = size  # message bytes, for back-pressure
         self.sequence = sequence  # the order batches were made in
         self.fork = fork
-        self.command = publish_command(topic, bodies, delay, fork)
+        # Unrouted (the fork's partition not picked yet): made by to_partition().
+        self.command = b"" if unrouted else publish_command(topic, bodies, delay, fork)
         self.trace: youzan.TraceAnswer | None = None
         self.awaiting = 0  # parts of it still without an outcome
         self.errors: list[NsqError | None] | None = None  # per message, once one failed
@@ -90,6 +93,12 @@ class PublishBatch:
     @property
     def count(self) -> int:
         return len(self.bodies)
+
+    def to_partition(self, partition: int) -> None:
+        """The Youzan fork: publish to this partition (picked once its topic was known)."""
+        assert self.fork is not None
+        self.fork = replace(self.fork, partition=partition)
+        self.command = publish_command(self.topic, self.bodies, self.delay, self.fork)
 
     def fail(self, start: int, end: int, error: NsqError) -> None:
         """Messages start..end failed (the first reason given for each is kept)."""
@@ -143,7 +152,7 @@ class BatchPart:
     """Messages start..end of a batch as one command to one nsqd: the whole batch, or a
     piece of it cut again after that nsqd refused the whole for its size."""
 
-    __slots__ = ("batch", "command", "end", "reroutes", "start", "tried")
+    __slots__ = ("_piece_command", "batch", "end", "held_since", "holds", "start", "tried")
 
     def __init__(self, batch: PublishBatch, start: int = 0, end: int | None = None) -> None:
         self.batch = batch
@@ -151,13 +160,21 @@ class BatchPart:
         self.end = batch.count if end is None else end
         whole = start == 0 and self.end == batch.count
         fork = None if batch.fork is None else batch.fork.piece(start, self.end)
-        self.command = (
-            batch.command
+        # A piece is cut once its batch went to its partition, so its command is final.
+        self._piece_command = (
+            None
             if whole
             else publish_command(batch.topic, batch.bodies[start : self.end], batch.delay, fork)
         )
         self.tried: list[int] = []  # host policies: nsqds that failed it
-        self.reroutes = 0  # the Youzan fork: times it followed its partition's leader
+        # The Youzan fork: since when, and how often, it waited for its partition's leader.
+        self.held_since: float | None = None
+        self.holds = 0
+
+    @property
+    def command(self) -> bytes:
+        """The command that publishes these messages (the batch's own, when whole)."""
+        return self.batch.command if self._piece_command is None else self._piece_command
 
     @property
     def count(self) -> int:

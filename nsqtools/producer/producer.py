@@ -266,9 +266,13 @@ class Producer:
         leaders = self._dispatcher.leaders
         if leaders is not None:
             fork = leaders.with_partition(topic, fork or ForkPublish())
+        # A topic not looked up yet: the partition, and so the command, come once it is.
+        unrouted = fork is not None and fork.partition is None and leaders is not None
         self._sequence += 1
         size = sum(map(len, bodies))
-        return PublishBatch(topic, bodies, tokens, delay, size, self._sequence, fork)
+        return PublishBatch(
+            topic, bodies, tokens, delay, size, self._sequence, fork, unrouted=unrouted
+        )
 
     def _send(self, batch: PublishBatch) -> None:
         self._require_open()

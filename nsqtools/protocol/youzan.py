@@ -47,9 +47,9 @@ EXT_VERSION_JSON: Final = 4
 # Each new error code, in words a user can act on. nsqd's own text follows it.
 ERRORS: Final[Mapping[str, str]] = {
     "E_TOPIC_NOT_EXIST": "the topic, or this partition of it, is not on this nsqd",
-    "E_FAILED_ON_NOT_LEADER": "this nsqd no longer leads the partition",
-    "E_FAILED_ON_NOT_WRITABLE": "the partition is not writable now (a leader change or "
-    "maintenance)",
+    "E_FAILED_ON_NOT_LEADER": "this nsqd does not lead the partition",
+    "E_FAILED_ON_NOT_WRITABLE": "the partition takes no writes now (its leader is moving, "
+    "or the topic is new)",
     "E_BAD_PARTITION": "the partition is not valid for this topic",
     "E_SUB_ORDER_IS_MUST": "the topic is ordered: it must be consumed with SUB_ORDERED",
     "E_SUB_EXTEND_NEED": "the topic carries extend headers: the client must identify "
@@ -64,10 +64,21 @@ ERRORS: Final[Mapping[str, str]] = {
     "E_BAD_EXT": "the extend header is not valid",
     "E_BAD_TAG": "the tag is not valid",
 }
+# The same, for a publish refused for its partition (named in the text).
+_PARTITION_ERRORS: Final[Mapping[str, str]] = {
+    "E_TOPIC_NOT_EXIST": "this nsqd has no partition {partition} of the topic",
+    "E_FAILED_ON_NOT_LEADER": "this nsqd does not lead partition {partition}",
+    "E_FAILED_ON_NOT_WRITABLE": "partition {partition} takes no writes now (its leader is "
+    "moving, or the topic is new)",
+    "E_PUB_TOO_MUCH_WAITING": "nsqd has too many publishes waiting for partition {partition}",
+}
 # Refusals a fresh lookup can cure: the partition moved, or was moving.
 REROUTE_ERRORS: Final = frozenset(
     {"E_TOPIC_NOT_EXIST", "E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE"}
 )
+# Refusals of a publish that waiting cures: those, and back pressure ("treat it as
+# retryable, not fatal").
+WAIT_ERRORS: Final = REROUTE_ERRORS | {"E_PUB_TOO_MUCH_WAITING"}
 
 
 def is_fork_version(version: str) -> bool:
@@ -78,6 +89,12 @@ def is_fork_version(version: str) -> bool:
 def explain(code: str) -> str:
     """What a fork error code means, or "" for one the fork did not add."""
     return ERRORS.get(code, "")
+
+
+def explain_for_partition(code: str, partition: int) -> str:
+    """What a refusal of a publish to `partition` means, naming it."""
+    text = _PARTITION_ERRORS.get(code)
+    return explain(code) if text is None else text.format(partition=partition)
 
 
 # -- subscribing ------------------------------------------------------------------------

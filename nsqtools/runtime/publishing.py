@@ -123,7 +123,7 @@ class RecordPublisher:
         async with AsyncExitStack() as stack:
             if lookupds:
                 self.partitions = await stack.enter_async_context(Partitions(lookupds, config))
-                await self.partitions.refresh(self.topic)
+                await self.partitions.refresh_until_writable(self.topic)
             producer = await stack.enter_async_context(
                 open_producer(
                     addresses,
@@ -209,9 +209,14 @@ class RecordPublisher:
         for record in records:
             try:
                 partition = self._partition_of(record)
+            except RecordKeyError as error:
+                self.unkeyed[f"--shard-key: {error}"] += 1
+                unkeyed.append(record)
+                continue
+            try:
                 trace_id = None if trace_key is None else _trace_id(trace_key.of(record))
             except RecordKeyError as error:
-                self.unkeyed[f"no --shard-key or --trace-id: {error}"] += 1
+                self.unkeyed[f"--trace-id: {error}"] += 1
                 unkeyed.append(record)
                 continue
             bodies, trace_ids = groups.setdefault(partition, ([], None if trace_id is None else []))

@@ -7,6 +7,7 @@ imports pyspark, an optional extra (pip install 'nsqtools[spark]').
 - commit.py: compacted partitions made visible whole, or not at all;
 - progress.py: what Spark is doing, for a progress display;
 - streaming.py: format("nsq"), live topics in Structured Streaming (register() it).
+- sink.py: format("nsq")'s sink, what a streaming query writes published.
 
 The transforms are kept apart from the session set-up, so the tests share one session.
 """

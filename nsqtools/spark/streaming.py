@@ -16,10 +16,7 @@ last batch holds messages, the source reports one empty batch, whose planning co
 it. A query restarted from its checkpoint replays its uncommitted batch empty: those
 messages were requeued (or time out) and come back from nsqd in later batches.
 
-The sink publishes each task's rows (a `body` column; a `topic` column or the topic
-option) with the pipelined producer; the task, and so the batch, succeeds only when
-every message is acknowledged, and an nsqd that restarts meanwhile is redialed
-(reconnect_timeout).
+The sink is sink.py's. This module holds the options both read.
 
 Options of both: nsqd_tcp_addresses or lookupd_http_addresses (comma-separated), and
 any go-nsq option by its name (tls_v1, auth_secret, msg_timeout, ...). The source's:
@@ -47,18 +44,13 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
-from pyspark.sql.types import Row
 
 from nsqtools import __version__
 from nsqtools.config import ClientConfig, ConfigError
 from nsqtools.consumer import Consumer, ConsumerOptions, ReceivedBatch, open_consumer
-from nsqtools.durations import parse_duration
-from nsqtools.errors import NsqError
 from nsqtools.formats import message_id
-from nsqtools.producer import MODES, open_producer
 from nsqtools.protocol import Message
 
 log = logging.getLogger("nsqtools.spark.streaming")
@@ -76,9 +68,6 @@ PARENT_CHECK_INTERVAL = 0.5
 # Options that are ours, not go-nsq's (Spark gives option names in lower case).
 _SOURCE_OPTIONS = frozenset(
     {"topic", "channel", "nsqd_tcp_addresses", "lookupd_http_addresses", "maxmessagespertrigger"}
-)
-_SINK_OPTIONS = frozenset(
-    {"topic", "nsqd_tcp_addresses", "lookupd_http_addresses", "mode", "reconnect_timeout"}
 )
 # Spark's own options, which it passes to every data source too.
 _SPARKS_OPTIONS = frozenset({"checkpointlocation", "path", "queryname", "outputmode"})
@@ -436,89 +425,6 @@ async def _end_with_parent() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-# -- the sink ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SinkSettings:
-    topic: str  # "": each row's topic column
-    nsqd_tcp_addresses: list[str]
-    mode: str
-    reconnect_timeout: float
-    config: ClientConfig
-
-    @classmethod
-    def of(cls, options: Mapping[str, str]) -> SinkSettings:
-        nsqd = _addresses(options, "nsqd_tcp_addresses")
-        if not nsqd:
-            raise OptionError('format("nsq") sink needs .option("nsqd_tcp_addresses", ...)')
-        mode = options.get("mode", "round-robin")
-        if mode not in MODES:
-            raise OptionError(f"mode must be one of {', '.join(MODES)}: {mode!r}")
-        try:
-            reconnect_timeout = parse_duration(options.get("reconnect_timeout", "2m"))
-        except ValueError as error:
-            raise OptionError(f"reconnect_timeout: {error}") from None
-        config = _config(options, _SINK_OPTIONS)
-        return cls(options.get("topic", ""), nsqd, mode, reconnect_timeout, config)
-
-
-@dataclass
-class PublishedMessage(WriterCommitMessage):
-    count: int
-
-
-class NsqStreamWriter(DataSourceStreamWriter):
-    def __init__(self, settings: SinkSettings) -> None:
-        self.settings = settings
-
-    def write(self, iterator: Iterator[Row]) -> PublishedMessage:
-        by_topic: dict[str, list[bytes]] = {}
-        for row in iterator:
-            by_topic.setdefault(self._topic_of(row), []).append(_body_of(row))
-        count = sum(map(len, by_topic.values()))
-        if count:
-            trio.run(self._publish, by_topic)
-        return PublishedMessage(count)
-
-    def _topic_of(self, row: Row) -> str:
-        topic = self.settings.topic or (row["topic"] if "topic" in row.__fields__ else None)
-        if not topic:
-            raise OptionError('format("nsq") sink needs a topic column or .option("topic", ...)')
-        return str(topic)
-
-    async def _publish(self, by_topic: dict[str, list[bytes]]) -> None:
-        settings = self.settings
-        producing = open_producer(
-            settings.nsqd_tcp_addresses,
-            settings.config,
-            settings.mode,
-            reconnect_timeout=settings.reconnect_timeout,
-        )
-        async with producing as producer:
-            for topic, bodies in by_topic.items():
-                await producer.put_many(topic, bodies)
-            await producer.flush()
-        if producer.failed:
-            reason = next(iter(producer.failure_reasons))
-            raise NsqError(f"{producer.failed} messages were not published: {reason}")
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Every task's messages were acknowledged before it reported: nothing to do."""
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Published messages stay published: the sink is at least once."""
-
-
-def _body_of(row: Row) -> bytes:
-    body = row["body"]
-    if isinstance(body, bytes | bytearray):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode()
-    raise OptionError(f"the body column must be binary or string, not {type(body).__name__}")
-
-
 # -- the data source --------------------------------------------------------------------
 
 
@@ -536,4 +442,6 @@ class NsqDataSource(DataSource):
         return NsqStreamReader(SourceSettings.of(self.options))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        from nsqtools.spark.sink import NsqStreamWriter, SinkSettings  # it imports this
+
         return NsqStreamWriter(SinkSettings.of(self.options))

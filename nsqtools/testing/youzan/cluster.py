@@ -18,7 +18,14 @@ from nsqtools.testing.lifetime import StartsAndStops
 from nsqtools.testing.youzan.lookupd import Lookupd
 from nsqtools.testing.youzan.nsqd import ForkNsqd
 from nsqtools.testing.youzan.session import ForkSession
-from nsqtools.testing.youzan.state import Draft, ForkTopic, Store, StoredMessage
+from nsqtools.testing.youzan.state import (
+    Draft,
+    ForkTopic,
+    Move,
+    Partition,
+    Store,
+    StoredMessage,
+)
 
 # How often the HTTP servers' loops poll: shutdown() waits for the next one.
 HTTP_POLL_SECONDS = 0.02
@@ -43,6 +50,7 @@ class YouzanCluster(StartsAndStops):
         self._threads_lock = threading.Lock()
         self._started = False
         self._stopped = False
+        self._stopping = threading.Event()  # ends the moves under way
 
     # Lifetime.
 
@@ -59,6 +67,7 @@ class YouzanCluster(StartsAndStops):
         if self._stopped:
             return
         self._stopped = True
+        self._stopping.set()
         for nsqd in self._nsqds:
             with contextlib.suppress(OSError):
                 nsqd.listener.shutdown(socket.SHUT_RDWR)
@@ -152,21 +161,54 @@ class YouzanCluster(StartsAndStops):
         with self._store.lock:
             self._store.partition(topic, partition).refusals[on].extend([code] * times)
 
-    def move_partition(self, topic: str, partition: int, nsqd: int) -> None:
-        """A leader change: lookups name the new nsqd, the old one answers
-        E_TOPIC_NOT_EXIST for the partition. Its consumers on the old nsqd are
-        disconnected (the page is silent: this makes them look the leader up again).
-        The messages and channels move along: the replicas hold them too."""
+    def move_partition(self, topic: str, partition: int, nsqd: int, window: float = 0.0) -> None:
+        """A leader change, as observed: for `window` seconds the partition has no
+        writable leader (lookups with access=w leave it out) and PUB to it answers
+        E_FAILED_ON_NOT_WRITABLE (the window's first half), then E_FAILED_ON_NOT_LEADER,
+        non-fatal. Then lookups name the new nsqd and the old one answers not-leader.
+        Consumers on the old nsqd are disconnected when the move ends (the page is
+        silent: this makes them look the leader up again). The messages and channels
+        move along: the replicas hold them too. moving() says when it is over."""
         if not 0 <= nsqd < len(self._nsqds):
             raise ValueError(f"no nsqd {nsqd}")
+        if window < 0:
+            raise ValueError(f"a move's window must not be negative, got {window}")
         with self._store.lock:
             moved = self._store.partition(topic, partition)
-            moved.leader = nsqd
+            if moved.move is not None:
+                raise ValueError(f"partition {partition} of {topic!r} is moving already")
+            moved.move = Move(nsqd)
+        if not window:
+            self._end_move(moved)
+            return
+        self._spawn(functools.partial(self._run_move, moved, window))
+
+    def moving(self, topic: str, partition: int) -> bool:
+        """True while a move_partition() of the partition is under way."""
+        with self._store.lock:
+            return self._store.partition(topic, partition).move is not None
+
+    def _run_move(self, moved: Partition, window: float) -> None:
+        if self._stopping.wait(window / 2):
+            return
+        with self._store.lock:
+            assert moved.move is not None
+            moved.move.refusal = "E_FAILED_ON_NOT_LEADER"
+        if self._stopping.wait(window / 2):
+            return
+        self._end_move(moved)
+
+    def _end_move(self, moved: Partition) -> None:
+        with self._store.lock:
+            assert moved.move is not None
+            moved.former_leaders.add(moved.leader)
+            moved.leader = moved.move.to
+            moved.move = None
             stranded = [
                 session
                 for channel in moved.channels.values()
                 for session in channel.sessions
-                if session.nsqd != nsqd
+                if session.nsqd != moved.leader
             ]
         for session in stranded:
             session.close()

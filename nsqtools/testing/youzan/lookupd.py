@@ -82,13 +82,15 @@ class Lookupd:
     @staticmethod
     def _writable(topic: Topic, partitions: list[Partition]) -> list[Partition]:
         """access=w: nothing before writes are enabled, then the partitions with a channel
-        (no node is tombstoned here)."""
+        and no leader move under way (no node is tombstoned here)."""
         if not topic.writable:
             return []
         kept = [p for p in partitions if p.channels]
         if not kept:  # spec, Observed: nsqlookupd: 404 in the v1 envelope (wrapped: 500)
             raise HttpError(404, "Topic has no channel, should init at least one for the new topic")
-        return kept
+        # A moving partition has no writable leader: "during it the access=w lookup
+        # answers 200 with partitions:{} and producers:[]".
+        return [p for p in kept if p.move is None]
 
     def _meta(self, config: ForkTopic) -> dict[str, Any]:
         return {

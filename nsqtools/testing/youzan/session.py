@@ -32,7 +32,14 @@ from nsqtools.testing.youzan.arguments import (
     start_index,
 )
 from nsqtools.testing.youzan.reader import Closed, read_command, read_exactly
-from nsqtools.testing.youzan.state import Channel, Partition, Store, StoredMessage, take_refusal
+from nsqtools.testing.youzan.state import (
+    Channel,
+    Partition,
+    Store,
+    StoredMessage,
+    move_refusal,
+    take_refusal,
+)
 from nsqtools.testing.youzan.wire import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_MSG_TIMEOUT_MS,
@@ -227,6 +234,9 @@ class ForkSession:
         drafts = read_drafts(name, body)
         timestamp = time.time_ns()
         with self.store.lock:
+            moving = move_refusal(self.store, self.nsqd, topic_name, number)
+            if moving is not None:
+                raise moving
             partition = self.store.resolve(self.nsqd, topic_name, number, publishing=True)
             refusal = take_refusal(partition, "pub")
             if refusal is not None:

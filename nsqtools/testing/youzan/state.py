@@ -228,10 +228,22 @@ class Channel:
 
 
 @dataclass
+class Move:
+    """A leader move under way ("takes 0.5-1.4 s"): the partition has no writable
+    leader; its old and new nsqds refuse PUB with `refusal` (not-writable, then
+    not-leader)."""
+
+    to: int  # the new leader's index
+    refusal: str = "E_FAILED_ON_NOT_WRITABLE"
+
+
+@dataclass
 class Partition:
     topic: ForkTopic
     number: int
     leader: int  # the nsqd's index
+    move: Move | None = None
+    former_leaders: set[int] = field(default_factory=set)  # they answer not-leader
     messages: list[StoredMessage] = field(default_factory=list)
     channels: dict[str, Channel] = field(default_factory=dict)
     # Error codes for the next commands, by kind ("pub", "sub"): refuse_next().
@@ -346,6 +358,22 @@ class Store:
         if not 0 <= number < len(topic.partitions) or topic.partitions[number].leader != nsqd:
             raise Refusal("E_TOPIC_NOT_EXIST")
         return topic.partitions[number]
+
+
+def move_refusal(store: Store, nsqd: int, topic_name: str, number: int | None) -> Refusal | None:
+    """A PUB to a partition that is moving, or moved away from this nsqd: "the old
+    leader answers E_FAILED_ON_NOT_WRITABLE then E_FAILED_ON_NOT_LEADER (both with an
+    empty description, trailing space, non-fatal)"; after the move, not-leader."""
+    topic = store.topics.get(topic_name)
+    if topic is None or number is None or not 0 <= number < len(topic.partitions):
+        return None
+    partition = topic.partitions[number]
+    move = partition.move
+    if move is not None and nsqd in (partition.leader, move.to):
+        return Refusal(move.refusal, "", fatal=False)
+    if nsqd in partition.former_leaders and nsqd != partition.leader:
+        return Refusal("E_FAILED_ON_NOT_LEADER", "", fatal=False)
+    return None
 
 
 def take_refusal(partition: Partition, kind: str) -> Refusal | None:
