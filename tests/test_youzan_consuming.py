@@ -231,6 +231,17 @@ def test_a_message_from_another_partition_is_an_error_not_a_wrong_label(
     assert (again.returncode, again.stdout) == (0, b"p0-1\n"), again.stderr
 
 
+async def test_without_a_partition_each_message_is_labelled_by_its_id(
+    fork: YouzanCluster,
+) -> None:
+    """A SUB naming no partition is served the one nsqd 1 leads first: partition 1."""
+    stored = fork.inject("multi", 1, b"p1-1")
+    options = ConsumerOptions(nsqd_tcp_addresses=[fork.nsqd_tcp_addresses[1]])
+    async with open_consumer("multi", "ch", config(), options) as consumer:
+        (message,) = await take(consumer, 1)
+    assert (message.body, message.partition) == (stored.body, 1)
+
+
 async def test_the_consumer_fails_on_a_message_of_another_partition(
     fork: YouzanCluster,
 ) -> None:
