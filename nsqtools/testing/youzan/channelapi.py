@@ -22,7 +22,7 @@ from nsqtools.testing.youzan.arguments import (
     read_position,
     start_index,
 )
-from nsqtools.testing.youzan.httpapi import HttpReply
+from nsqtools.testing.youzan.httpapi import HttpError, HttpReply, v1_error
 from nsqtools.testing.youzan.state import Partition, Store
 from nsqtools.testing.youzan.wire import Refusal
 
@@ -30,13 +30,6 @@ _ATOI = re.compile(r"[+-]?[0-9]+")
 CHANNEL_PATHS = frozenset({"/channel/create", "/channel/setoffset"})
 
 _V1_OK = HttpReply(200, b"", (("X-NSQ-Content-Type", "nsq; version=1.0"),))
-
-
-class _Failed(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def channel_route(
@@ -50,8 +43,8 @@ def channel_route(
                 _create(partition, name)
             else:
                 _set_offset(partition, name, body)
-    except _Failed as failure:
-        return _v1_error(failure.status, failure.message)
+    except HttpError as error:
+        return v1_error(error)
     return _V1_OK
 
 
@@ -60,7 +53,7 @@ def _create(partition: Partition, name: str) -> None:
     must be registered first (whether or not this one is)."""
     if partition.topic.disable_channel_auto_create:
         message = f"channel {name} not registered. channel should be initialized before use."
-        raise _Failed(403, message)
+        raise HttpError(403, message)
     if name not in partition.channels:
         partition.channel(name).created_over_http = True
 
@@ -70,17 +63,17 @@ def _set_offset(partition: Partition, name: str, body: bytes) -> None:
     API forces it, unlike SUB_ADVANCED's)."""
     channel = partition.channels.get(name)
     if channel is None:
-        raise _Failed(404, "CHANNEL_NOT_FOUND")
+        raise HttpError(404, "CHANNEL_NOT_FOUND")
     if not body:
-        raise _Failed(406, "MSG_EMPTY")
+        raise HttpError(406, "MSG_EMPTY")
     try:
         kind, value = read_position(body)
     except PositionError as error:
-        raise _Failed(400, str(error)) from None
+        raise HttpError(400, str(error)) from None
     try:
         channel.seek(start_index(partition.messages, kind, value))
     except PositionError as error:
-        raise _Failed(500, str(error)) from None
+        raise HttpError(500, str(error)) from None
 
 
 def _partition_and_channel(
@@ -89,19 +82,19 @@ def _partition_and_channel(
     """http_api.GetTopicPartitionChannelArgs, then the topic's partition on this nsqd."""
     topic = query.get("topic", "")
     if not topic:
-        raise _Failed(400, "MISSING_ARG_TOPIC")
+        raise HttpError(400, "MISSING_ARG_TOPIC")
     if not TOPIC_NAME.match(topic):
-        raise _Failed(400, "INVALID_ARG_TOPIC")
+        raise HttpError(400, "INVALID_ARG_TOPIC")
     number = _partition_arg(query.get("partition", ""))
     channel = query.get("channel", "")
     if not channel:
-        raise _Failed(400, "MISSING_ARG_CHANNEL")
+        raise HttpError(400, "MISSING_ARG_CHANNEL")
     if not CHANNEL_NAME.match(channel):
-        raise _Failed(400, "INVALID_ARG_CHANNEL")
+        raise HttpError(400, "INVALID_ARG_CHANNEL")
     try:
         return store.resolve(nsqd, topic, number), channel
     except Refusal:  # no such topic, or not a partition this nsqd leads
-        raise _Failed(404, "E_TOPIC_NOT_EXIST") from None
+        raise HttpError(404, "E_TOPIC_NOT_EXIST") from None
 
 
 def _partition_arg(value: str) -> int | None:
@@ -109,17 +102,6 @@ def _partition_arg(value: str) -> int | None:
     if not value:
         return None
     if not _ATOI.fullmatch(value):
-        raise _Failed(400, f'strconv.Atoi: parsing "{value}": invalid syntax')
+        raise HttpError(400, f'strconv.Atoi: parsing "{value}": invalid syntax')
     number = int(value)
     return None if number == -1 else number
-
-
-def _v1_error(status: int, message: str) -> HttpReply:
-    """RespondV1's error: the text put between quotes as it is, unescaped, as the fork's
-    fmt.Sprintf does (a text with a quote in it makes the body no valid JSON)."""
-    body = b'{"message":"' + message.encode() + b'"}'
-    headers = (
-        ("Content-Type", "application/json; charset=utf-8"),
-        ("X-NSQ-Content-Type", "nsq; version=1.0"),
-    )
-    return HttpReply(status, body, headers)

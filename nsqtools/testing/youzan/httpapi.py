@@ -63,7 +63,11 @@ def v1_reply(data: Any) -> HttpReply:
 
 
 def v1_error(error: HttpError) -> HttpReply:
-    return HttpReply(error.status, _json({"message": error.message}), _V1_HEADERS)
+    """{"message":"<text>"}: the text put between the quotes as it is, unescaped, as the
+    fork's RespondV1 does with fmt.Sprintf (a text holding a quote makes no valid JSON:
+    strconv's errors do)."""
+    body = b'{"message":"' + error.message.encode() + b'"}'
+    return HttpReply(error.status, body, _V1_HEADERS)
 
 
 def not_found() -> HttpReply:
