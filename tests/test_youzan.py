@@ -158,13 +158,19 @@ async def test_a_start_position_skips_what_came_before(fork: YouzanCluster) -> N
         await until(lambda: lines(fork, b"SUB_ADVANCED") != [], "SUB_ADVANCED")
         new = fork.inject("yz", 0, b"new")
         (message,) = await take(consumer, 1)
-    assert lines(fork, b"SUB_ADVANCED") == [b"SUB_ADVANCED yz fresh 0 special:-1\n"]
+    # The position went over HTTP (/channel/setoffset): the fork serves another
+    # partition than the one named when SUB_ADVANCED carries a position.
+    assert lines(fork, b"SUB_ADVANCED") == [b"SUB_ADVANCED yz fresh 0\n"]
     assert (message.body, message.queue_offset) == (b"new", new.offset)
 
 
 @pytest.mark.parametrize(
     ("start", "wanted"),
-    [("offset", [b"second", b"third"]), ("count:2", [b"third"]), ("timestamp:2000", [b"third"])],
+    [
+        ("offset", [b"second", b"third"]),
+        ("count:2", [b"second", b"third"]),
+        ("timestamp:2000", [b"third"]),
+    ],
 )
 async def test_start_positions_from_an_offset_a_count_and_a_time(
     fork: YouzanCluster, start: str, wanted: list[bytes]

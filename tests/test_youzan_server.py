@@ -676,7 +676,7 @@ def test_a_desired_tag_is_dropped_on_a_topic_without_tags(
     [
         (b"special:-1", b"later"),
         (b"virtual_queue:31", b"1"),  # message 0 is 4 + 26 + 1 bytes
-        (b"msgcount:2", b"2"),
+        (b"msgcount:3", b"2"),  # 1-based: the third message
         (b"timestamp:1700000002", b"2"),
     ],
 )
