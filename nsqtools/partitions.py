@@ -76,6 +76,7 @@ class Partitions:
         self.config = config
         self._topics: dict[str, TopicLookup] = {}
         self._turns: dict[str, int] = {}  # the round robin's next turn, by topic
+        self._looked_up_at: dict[str, float] = {}  # trio.current_time(), by topic
         self._first_turn = next(_FIRST_TURNS)
         self._refreshing: dict[str, trio.Event] = {}
         self._client: httpx.AsyncClient | None = None
@@ -103,6 +104,7 @@ class Partitions:
         done = self._refreshing[topic] = trio.Event()
         try:
             self._topics[topic] = await self._ask(topic)
+            self._looked_up_at[topic] = trio.current_time()
             self._turns.setdefault(topic, self._first_turn)
         finally:
             del self._refreshing[topic]
@@ -169,6 +171,19 @@ class Partitions:
         """The TCP address of the nsqd leading the partition, if nsqlookupd named one."""
         node = self.lookup(topic).partitions.get(partition)
         return None if node is None else node.tcp_address
+
+    def due_for_another_lookup(self, topic: str) -> bool:
+        """True, once per MAX_LOOKUP_DELAY, while the last lookup listed fewer writable
+        partitions than the topic has (one was moving): else the round robin would
+        leave the missing one out until some publish is refused."""
+        found = self.lookup(topic)
+        if found.meta is None or len(found.partitions) >= found.meta.partition_num:
+            return False
+        now = trio.current_time()
+        if topic in self._refreshing or now - self._looked_up_at[topic] < MAX_LOOKUP_DELAY:
+            return False
+        self._looked_up_at[topic] = now  # one lookup at a time, not one per batch
+        return True
 
     def next_partition(self, topic: str) -> int:
         """The writable partitions in turn, for a topic whose messages need no order."""

@@ -111,6 +111,29 @@ async def test_a_producer_holds_its_batches_through_a_leader_move(fork: YouzanCl
     assert not fork.moving("solo", 0)
 
 
+async def test_a_partition_left_out_by_a_lookup_during_a_move_gets_its_turns_again(
+    fork: YouzanCluster,
+) -> None:
+    """Looked up while partition 1 moved (access=w lists partition 0 alone), the round
+    robin is not left without partition 1 for good once the move is over."""
+    with trio.fail_after(DEADLINE):
+        async with (
+            Partitions([fork.lookupd_http_address], config()) as partitions,
+            open_producer([], config(), partitions=partitions) as producer,
+        ):
+            fork.move_partition("yz", 1, 0, window=0.2)
+            await partitions.refresh("yz")
+            assert sorted(partitions.lookup("yz").partitions) == [0]
+            while fork.moving("yz", 1):
+                await trio.sleep(0.01)
+            sent = 0
+            while not fork.stored("yz", 1):
+                await producer.publish("yz", b"m%d" % sent)
+                sent += 1
+                await trio.sleep(0.01)
+    assert len(fork.stored("yz")) == sent
+
+
 async def test_a_partition_without_a_leader_fails_after_partition_wait(
     fork: YouzanCluster,
 ) -> None:

@@ -3,11 +3,14 @@ picked in turn for a batch that names none (its topic looked up first if it was 
 yet), the leaders dialed as batches need them. A batch whose partition has no writable
 leader (not listed by nsqlookupd, or refused as moved, moving or busy) is held and its
 topic looked up again with backoff, for config.partition_wait, then sent to the leader
-found: a leader move ("0.5-1.4 s" on a running fork) loses nothing.
+found: a leader move ("0.5-1.4 s" on a running fork) loses nothing. A lookup that left a
+moving partition out is made again (MAX_LOOKUP_DELAY apart) until it lists them all, so
+the round robin gets that partition back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -110,7 +113,15 @@ class LeaderRouting:
             raise PartitionError(
                 f"topic {topic} is ordered: give each message a partition or a shard key"
             )
+        if self.partitions.due_for_another_lookup(topic):
+            self._require_nursery().start_soon(self._look_up_again, topic)
         return self.partitions.next_partition(topic)
+
+    async def _look_up_again(self, topic: str) -> None:
+        """A lookup that may list a partition the last one left out; the last one stays
+        if it fails (the batches go on to the partitions it listed)."""
+        with contextlib.suppress(NsqError):
+            await self.partitions.refresh(topic)
 
     def refused(self, part: BatchPart, error: NsqErrorResponse) -> None:
         """nsqd refused the part for its partition (moved, moving, busy): hold it."""
