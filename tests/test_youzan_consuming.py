@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import http.client
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
 
-from nsqtools.consumer import Consumer, ConsumerOptions, open_consumer
+from nsqtools.consumer import ConsumerOptions, open_consumer
 from nsqtools.errors import NsqError
 from nsqtools.protocol import youzan
-from nsqtools.protocol.youzan import ForkMessage
 from nsqtools.testing import wait_until
 from nsqtools.testing.youzan import ForkTopic, StoredMessage, YouzanCluster
-from tests.test_youzan import BIN, config, run
+from tests.test_youzan import BIN, config, run, take, until
 
 TOPICS = (
     # Four partitions on two nsqds: nsqd 0 leads partitions 0 and 2, nsqd 1 1 and 3.
@@ -45,11 +43,12 @@ def fork() -> Iterator[YouzanCluster]:
         yield cluster
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    with trio.fail_after(10):
-        while not condition():
-            await trio.sleep(0.01)
-    assert condition(), what
+def tail(fork: YouzanCluster, topic: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """nsq_tail on the topic through the fork's lookupd, channel "tail" unless args
+    name another."""
+    channel = [] if any(arg.startswith("--channel=") for arg in args) else ["--channel=tail"]
+    lookupd = f"--lookupd-http-address={fork.lookupd_http_address}"
+    return run("nsq_tail", lookupd, f"--topic={topic}", *channel, *args)
 
 
 def fill(fork: YouzanCluster, topic: str, partitions: range, count: int) -> None:
@@ -107,20 +106,6 @@ def fins(fork: YouzanCluster, message: StoredMessage) -> int:
     return fork.commands().count(b"FIN " + message.id + b"\n")
 
 
-async def take(consumer: Consumer, count: int) -> list[ForkMessage]:
-    """FIN messages as they come until `count` were handed out."""
-    seen: list[ForkMessage] = []
-    with trio.fail_after(10):
-        async for batch in consumer:
-            for message in batch.messages:
-                assert isinstance(message, ForkMessage)
-                seen.append(message)
-            batch.finish()
-            if len(seen) >= count:
-                return seen
-    raise AssertionError(f"the consumer ended after {len(seen)} of {count}")
-
-
 # -- item 4: the partition asked for, and only it --------------------------------------
 
 
@@ -130,11 +115,9 @@ def test_nsq_tail_reads_the_partition_asked_for_from_a_start_position(
     """nsqd 0 leads partitions 0 and 2: asked for 2 with SUB_ADVANCED's position, the
     fork would serve 0."""
     fill(fork, "multi", range(4), 2)
-    result = run(
-        "nsq_tail",
-        f"--lookupd-http-address={fork.lookupd_http_address}",
-        "--topic=multi",
-        "--channel=tail",
+    result = tail(
+        fork,
+        "multi",
         "--partition=2",
         "--start-at=count:2",
         "--format={partition} {body}",
@@ -146,11 +129,9 @@ def test_nsq_tail_reads_the_partition_asked_for_from_a_start_position(
 
 def test_nsq_tail_starts_every_partition_at_the_position(fork: YouzanCluster) -> None:
     fill(fork, "multi", range(4), 2)
-    result = run(
-        "nsq_tail",
-        f"--lookupd-http-address={fork.lookupd_http_address}",
-        "--topic=multi",
-        "--channel=tail",
+    result = tail(
+        fork,
+        "multi",
         "--start-at=count:2",
         "--format={partition} {body}",
         "-n",
@@ -183,11 +164,9 @@ def test_a_start_position_the_fork_refuses_ends_nsq_tail_in_one_line(
     fork: YouzanCluster,
 ) -> None:
     """count: on an empty partition: the fork's commit log search fails."""
-    result = run(
-        "nsq_tail",
-        f"--lookupd-http-address={fork.lookupd_http_address}",
-        "--topic=multi",
-        "--channel=tail",
+    result = tail(
+        fork,
+        "multi",
         "--partition=1",
         "--start-at=count:1",
     )
@@ -222,12 +201,12 @@ def test_a_message_from_another_partition_is_an_error_not_a_wrong_label(
     """Straight to nsqd 0 there is no HTTP API to set the position on: SUB_ADVANCED
     carries it, and the fork serves partition 0. The message is given back, not shown."""
     fill(fork, "multi", range(4), 1)
-    tail = [f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[0]}", "--topic=multi"]
-    result = run("nsq_tail", *tail, "--channel=tail", "--partition=2", "--start-at=count:1")
+    to_nsqd_0 = [f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[0]}", "--topic=multi"]
+    result = run("nsq_tail", *to_nsqd_0, "--channel=tail", "--partition=2", "--start-at=count:1")
     assert (result.returncode, result.stdout) == (1, b"")
     line = error_line(result)
     assert "partition 2, was sent a message of partition 0" in line
-    again = run("nsq_tail", *tail, "--channel=tail", "--partition=0", "-n", "1")
+    again = run("nsq_tail", *to_nsqd_0, "--channel=tail", "--partition=0", "-n", "1")
     assert (again.returncode, again.stdout) == (0, b"p0-1\n"), again.stderr
 
 
@@ -277,10 +256,9 @@ def test_nsq_tail_counts_the_duplicate_once(fork: YouzanCluster) -> None:
     create_channel(fork, "ordered", 0, "made")
     fork.inject("ordered", 0, b"first")
     fork.inject("ordered", 0, b"second")
-    result = run(
-        "nsq_tail",
-        f"--lookupd-http-address={fork.lookupd_http_address}",
-        "--topic=ordered",
+    result = tail(
+        fork,
+        "ordered",
         "--channel=made",
         "--partition=0",
         "-n",
@@ -307,11 +285,9 @@ def test_nsq_to_file_writes_the_duplicate_once(fork: YouzanCluster, tmp_path: Pa
 
 def test_nsq_tail_applies_a_start_position_on_an_ordered_topic(fork: YouzanCluster) -> None:
     fill(fork, "ordered", range(2), 3)
-    result = run(
-        "nsq_tail",
-        f"--lookupd-http-address={fork.lookupd_http_address}",
-        "--topic=ordered",
-        "--channel=tail",
+    result = tail(
+        fork,
+        "ordered",
         "--partition=1",
         "--start-at=count:2",
         "-n",

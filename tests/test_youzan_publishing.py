@@ -21,6 +21,7 @@ from nsqtools.partitions import PartitionError, Partitions
 from nsqtools.producer import PublishOutcome, open_producer
 from nsqtools.testing import wait_until
 from nsqtools.testing.youzan import ForkTopic, YouzanCluster
+from tests.test_youzan import run
 
 BIN = Path(sys.executable).parent
 CHANNEL = "ch"
@@ -180,16 +181,11 @@ def test_to_nsq_publishes_every_record_through_a_leader_move(fork: YouzanCluster
 def test_to_nsq_started_during_a_leader_move_waits_for_it(fork: YouzanCluster) -> None:
     """nsqlookupd lists no writable partition meanwhile: "again", not a failure."""
     fork.move_partition("solo", 0, 1, window=2 * MOVE_WINDOW)
-    result = subprocess.run(
-        [
-            str(BIN / "to_nsq"),
-            f"--lookupd-http-address={fork.lookupd_http_address}",
-            "--topic=solo",
-        ],
-        input=b"a\nb\n",
-        capture_output=True,
-        timeout=DEADLINE,
-        check=False,
+    result = run(
+        "to_nsq",
+        f"--lookupd-http-address={fork.lookupd_http_address}",
+        "--topic=solo",
+        stdin=b"a\nb\n",
     )
     assert result.returncode == 0, result.stderr
     assert [message.body for message in fork.stored("solo")] == [b"a", b"b"]
@@ -262,17 +258,12 @@ async def test_too_much_waiting_is_retried_with_backoff(fork: YouzanCluster) -> 
 def test_to_nsq_to_one_nsqd_retries_too_much_waiting(fork: YouzanCluster) -> None:
     """Without the fork's lookupd too: back pressure is retried, not fatal."""
     fork.refuse_next("yz", 0, "E_PUB_TOO_MUCH_WAITING", times=3)
-    result = subprocess.run(
-        [
-            str(BIN / "to_nsq"),
-            f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[0]}",
-            "--topic=yz",
-            "--partition=0",
-        ],
-        input=b"a\nb\n",
-        capture_output=True,
-        timeout=DEADLINE,
-        check=False,
+    result = run(
+        "to_nsq",
+        f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[0]}",
+        "--topic=yz",
+        "--partition=0",
+        stdin=b"a\nb\n",
     )
     assert result.returncode == 0, result.stderr
     assert [message.body for message in fork.stored("yz", 0)] == [b"a", b"b"]
@@ -292,18 +283,13 @@ async def test_a_refusal_names_the_partition_not_led(fork: YouzanCluster) -> Non
 
 
 def test_to_nsq_says_a_bad_trace_id_is_a_bad_trace_id(fork: YouzanCluster) -> None:
-    result = subprocess.run(
-        [
-            str(BIN / "to_nsq"),
-            f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[1]}",
-            "--topic=yz",
-            "--partition=1",
-            "--trace-id={tid}",
-        ],
-        input=b'{"tid": "soon"}\n{"tid": 12}\n',
-        capture_output=True,
-        timeout=DEADLINE,
-        check=False,
+    result = run(
+        "to_nsq",
+        f"--nsqd-tcp-address={fork.nsqd_tcp_addresses[1]}",
+        "--topic=yz",
+        "--partition=1",
+        "--trace-id={tid}",
+        stdin=b'{"tid": "soon"}\n{"tid": 12}\n',
     )
     assert result.returncode == 1
     assert b"--trace-id: trace id 'soon' is not an unsigned 64-bit number" in result.stderr
