@@ -22,6 +22,30 @@ from nsqtools.testing.authd import AuthService
 AUTH_SECRETS = {"s3cret": "alice"}
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked `longest` (minutes each) first in the shares pytest-xdist's
+    work-stealing scheduler hands out: it gives each of W workers a run of the collected
+    tests (the first a W-th, the next a (W-1)-th of the rest, ...), and idle workers
+    steal from the ends of the others' runs. So one longest test at the head of each run
+    starts at once, instead of one starting late and the suite waiting for it alone."""
+    longest = [item for item in items if item.get_closest_marker("longest")]
+    if not longest:
+        return
+    others = [item for item in items if not item.get_closest_marker("longest")]
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for worker in range(workers):
+        share = left // (workers - worker)
+        heads = longest[worker::workers]
+        ordered += heads
+        taken = max(share - len(heads), 0)
+        ordered += others[:taken]
+        others = others[taken:]
+        left -= share
+    items[:] = ordered + others
+
+
 class LocalNsq:
     """Starts NSQ processes under one folder and stops all of them at teardown."""
 

@@ -71,6 +71,7 @@ def compact_on(cluster: SparkCluster, source: Path, out: Path) -> subprocess.Com
     return subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
 
 
+@pytest.mark.longest  # a standalone cluster's start and a job: minutes on 2 cores
 def test_rows_an_executor_wrote_where_the_driver_cannot_see_fail_the_job(
     cluster: SparkCluster, source: Path, hidden_out: Path
 ) -> None:

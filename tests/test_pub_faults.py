@@ -177,6 +177,7 @@ def publish_through_restarts(
 
 
 @pytest.mark.slow
+@pytest.mark.longest  # 100,000 fsynced publishes and a read-back
 def test_a_restarting_nsqd_loses_nothing(durable_nsq: LocalNsq, tmp_path: Path) -> None:
     nsqd = durable_nsq.nsqd("restarting", extra_args=DURABLE)
     count = 100_000
@@ -189,6 +190,7 @@ def test_a_restarting_nsqd_loses_nothing(durable_nsq: LocalNsq, tmp_path: Path) 
 @pytest.mark.slow
 # A million fsynced publishes and a read-back: ~4 minutes alone, more beside other tests.
 @pytest.mark.timeout(900)
+@pytest.mark.longest
 def test_a_million_records_through_two_restarts(durable_nsq: LocalNsq, tmp_path: Path) -> None:
     """The issue's acceptance test: 1M records while nsqd is killed and restarted twice;
     every record is in nsqd at least once, or in the failed file."""
