@@ -355,12 +355,16 @@ def test_json_rates_are_over_the_measured_interval(nsqd: Nsqd) -> None:
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(records) == 4
+    total = 0
     for before, after in itertools.pairwise(records):
         (row_before,), (row_after,) = before["rows"], after["rows"]
         arrived = row_after["message_count"] - row_before["message_count"]
-        assert arrived > 0
+        total += arrived
         assert row_after["ingress_rate"] == pytest.approx(arrived / after["interval"])
         assert after["interval"] != 0.1  # measured, not the nominal interval
+    # Some came (one interval of 100 ms may see none on a busy machine): the rates
+    # above are not all 0 = 0 / interval.
+    assert total > 0
 
 
 def test_a_closed_pipe_ends_the_run_quietly(nsqd: Nsqd) -> None:

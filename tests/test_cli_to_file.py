@@ -25,6 +25,9 @@ OURS = our_tool("nsq_to_file")
 TOPIC = "archive"
 # Fixed for the length of a test, so both tools compute the same names; a short sync
 # interval, as Go FINs the last messages of a run only at its next tick.
+# How long a wait for the tool may take: its closes fsync, and beside the suite's
+# fsync-heavy tests (a million publishes, each synced) a sync can take seconds.
+WAIT = 60
 NAMING = ["--host-identifier=host", "--datetime-format=%Y", "--sync-interval=200ms"]
 
 
@@ -135,11 +138,11 @@ def test_sighup_closes_the_files_and_the_next_message_opens_the_next_rev_as_go(
         common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--channel={name}", f"--topic={TOPIC}"]
         with running([*tool, *common, f"--output-dir={out}", "--gzip", *NAMING]) as run:
             nsqd.publish(TOPIC, f"{name} before".encode())
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), WAIT, "the first FIN'd")  # noqa: B023
             run.process.send_signal(signal.SIGHUP)
-            wait_until(lambda: not open_files(run.process, out), 20, "the file closed")  # noqa: B023
+            wait_until(lambda: not open_files(run.process, out), WAIT, "the file closed")  # noqa: B023
             nsqd.publish(TOPIC, f"{name} after".encode())
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), 20, "the second FIN'd")  # noqa: B023
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), WAIT, "the second FIN'd")  # noqa: B023
         tree = archive_tree(out)
         trees.append({path: data.replace(name.encode(), b"") for path, data in tree.items()})
     go, ours = trees
@@ -163,10 +166,10 @@ def test_rotate_interval_makes_the_next_rev_as_go(nsqd: Nsqd, tmp_path: Path) ->
         second = out / "archive.host-000001.2026.log"
         with running([*tool, *common, f"--output-dir={out}", "--rotate-interval=200ms", *NAMING]):
             nsqd.publish(TOPIC, f"{name} one".encode())
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
-            wait_until(second.exists, 20, "a rotation on the sync tick")
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), WAIT, "the first FIN'd")  # noqa: B023
+            wait_until(second.exists, WAIT, "a rotation on the sync tick")
             nsqd.publish(TOPIC, f"{name} two".encode())
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), 20, "the second FIN'd")  # noqa: B023
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), WAIT, "the second FIN'd")  # noqa: B023
         tree = archive_tree(out)
         assert tree["archive.host-000000.2026.log"] == f"{name} one\n".encode()
         assert b"".join(tree.values()) == f"{name} one\n{name} two\n".encode()
@@ -179,7 +182,7 @@ def test_json_lines_carry_the_envelope_of_nsq_tail(nsqd: Nsqd, tmp_path: Path) -
         nsqd.publish(TOPIC, body)
     common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
     with running([*OURS, *common, f"--output-dir={out}", "--format=json", *NAMING]):
-        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 3), 20, "every message FIN'd")
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 3), WAIT, "every message FIN'd")
     (data,) = archive_tree(out).values()
     envelopes = [json.loads(line) for line in data.splitlines()]
     assert len({envelope["id"] for envelope in envelopes}) == 3
@@ -199,7 +202,7 @@ def test_with_topics_given_it_imports_neither_httpx_nor_rich(nsqd: Nsqd, tmp_pat
     common = [f"--nsqd-tcp-address={nsqd.tcp_address}", "--channel=ours", f"--topic={TOPIC}"]
     argv = [python, "-X", "importtime", *code, *common, f"--output-dir={tmp_path}", *NAMING]
     with running(argv) as tool:
-        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 1), 20, "the message FIN'd")
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 1), WAIT, "the message FIN'd")
     imported = {
         line.rsplit("|", 1)[1].strip().split(".")[0]
         for line in tool.stderr.splitlines()
@@ -221,9 +224,9 @@ def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path:
         *NAMING,
     ]
     with running([*OURS, *args]):
-        wait_until(lambda: fin_d(nsqd, "found-1", "nsq_to_file", 1), 20, "found-1 consumed")
+        wait_until(lambda: fin_d(nsqd, "found-1", "nsq_to_file", 1), WAIT, "found-1 consumed")
         cluster.publish_many("found-2", lambda nsqd: [b"second"])
-        wait_until(lambda: fin_d(nsqd, "found-2", "nsq_to_file", 1), 20, "found-2 consumed")
+        wait_until(lambda: fin_d(nsqd, "found-2", "nsq_to_file", 1), WAIT, "found-2 consumed")
     assert archive_tree(out) == {
         "found-1.host.2026.log": b"first\n",
         "found-2.host.2026.log": b"second\n",
@@ -248,7 +251,7 @@ def test_a_pattern_against_a_topic_named_to_freeze_it_matches_at_once(
         *NAMING,
     ]
     with running([*OURS, *args]) as tool:
-        wait_until(lambda: fin_d(cluster.nsqd, "aaaa", "nsq_to_file", 1), 20, "aaaa archived")
+        wait_until(lambda: fin_d(cluster.nsqd, "aaaa", "nsq_to_file", 1), WAIT, "aaaa archived")
     assert archive_tree(out) == {"aaaa.host.2026.log": b"wanted\n"}
     assert f"skipping topic {adversarial} (doesn't match pattern ^(a+)+$)" in tool.stderr
 
@@ -272,8 +275,8 @@ def test_status_line_shows_rates_and_counts(nsqd: Nsqd, tmp_path: Path) -> None:
         return b"100 messages" in shown
 
     try:
-        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 100), 20, "every message FIN'd")
-        wait_until(status_shown, 20, "a status line (one a second)")
+        wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 100), WAIT, "every message FIN'd")
+        wait_until(status_shown, WAIT, "a status line (one a second)")
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
@@ -290,11 +293,11 @@ def test_a_new_datetime_starts_a_new_file_at_rev_0_as_go(nsqd: Nsqd, tmp_path: P
         naming = ["--host-identifier=host", "--datetime-format=%H%M%S", "--sync-interval=200ms"]
         with running([*tool, *common, f"--output-dir={out}", "--gzip", *naming]):
             nsqd.publish(TOPIC, b"first")
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the first FIN'd")  # noqa: B023
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), WAIT, "the first FIN'd")  # noqa: B023
             second = int(time.time())
             wait_until(lambda: int(time.time()) > second, 5, "the next second")  # noqa: B023
             nsqd.publish(TOPIC, b"second")
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), 20, "the second FIN'd")  # noqa: B023
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 2), WAIT, "the second FIN'd")  # noqa: B023
         tree = archive_tree(out)  # and, as Go's, an empty file for each tick in a new second
         assert all(path.startswith("archive.host-000000.") for path in tree)
         assert sorted(data for data in tree.values() if data) == [b"first\n", b"second\n"]
@@ -310,8 +313,8 @@ def test_skip_empty_files_closes_instead_of_opening_as_go(nsqd: Nsqd, tmp_path: 
         options = ["--rotate-interval=200ms", "--skip-empty-files"]
         with running([*tool, *common, f"--output-dir={out}", *options, *NAMING]) as run:
             nsqd.publish(TOPIC, b"only")
-            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), 20, "the message FIN'd")  # noqa: B023
-            wait_until(lambda: not open_files(run.process, out), 20, "the file closed")  # noqa: B023
+            wait_until(lambda: fin_d(nsqd, TOPIC, name, 1), WAIT, "the message FIN'd")  # noqa: B023
+            wait_until(lambda: not open_files(run.process, out), WAIT, "the file closed")  # noqa: B023
         assert archive_tree(out) == {"archive.host-000000.2026.log": b"only\n"}
 
 
