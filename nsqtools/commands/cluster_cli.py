@@ -156,21 +156,24 @@ def plain_lines(table: Table) -> list[str]:
 
 
 def _rich_table(table: Table) -> Any:
-    """The table for rich, every text as Text: cells come from the cluster (a client's
-    user agent may hold `[/]`), and rich would read a string as markup."""
+    """The table for rich, every text as Text, its control characters escaped: cells come
+    from the cluster (a client's user agent may hold `[/]` or an escape sequence), and
+    rich would read a string as markup, and a terminal the escape."""
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text
 
+    from nsqtools.commands.consoles import printable
+
     rich_table = RichTable(
-        title=Text(table.title, style="bold") if table.title else None,
+        title=Text(printable(table.title), style="bold") if table.title else None,
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
     for column in table.columns:
         rich_table.add_column(column.header, justify="right" if column.numeric else "left")
     for cells, style in table.rows:
-        rich_table.add_row(*map(Text, cells), style=style or None)
+        rich_table.add_row(*(Text(printable(cell)) for cell in cells), style=style or None)
     return rich_table
 
 

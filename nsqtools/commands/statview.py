@@ -5,7 +5,8 @@ row per nsqd when there are several (per partition of the Youzan fork, "address 
 the rates' history as sparklines, paused rows marked, e2e latency percentiles when nsqd
 tracks them (--e2e-processing-latency-percentile); below, the servers that failed and
 a topic or channel not found yet.
-Imported only for a table: plain and JSON output never load rich's renderers.
+Imported only for a table: plain and JSON output never load rich's renderers. What came
+from the cluster (names, addresses, error texts) is shown as text: consoles.printable.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nsqtools.commands import consoles
+from nsqtools.commands.consoles import printable
 from nsqtools.durations import format_duration
 from nsqtools.httpapi.nsqd import Percentile
 from nsqtools.stats.counters import Counters, Rates
@@ -76,10 +78,14 @@ def stats_view(report: Report, interval: float) -> RenderableType:
     else:
         what = f"channel {report.channel} of topic" if report.channel else "topic"
         parts.append(
-            Text(f"{what} {report.topic} not found on any nsqd that answered: polling again")
+            Text(
+                printable(
+                    f"{what} {report.topic} not found on any nsqd that answered: polling again"
+                )
+            )
         )
     parts += [
-        Text(f"✗ {failure.server} {failure.address}: {failure.reason}", style="red")
+        Text(printable(f"✗ {failure.server} {failure.address}: {failure.reason}"), style="red")
         for failure in report.failures
     ]
     return Group(*parts)
@@ -87,9 +93,9 @@ def stats_view(report: Report, interval: float) -> RenderableType:
 
 def _title(report: Report, interval: float) -> Text:
     clock = time.strftime("%H:%M:%S", time.localtime(report.wall_time))
-    title = Text.assemble(("nsq_stat", "bold"), "  topic ", (report.topic, "bold"))
+    title = Text.assemble(("nsq_stat", "bold"), "  topic ", (printable(report.topic), "bold"))
     if report.channel is not None:
-        title.append_text(Text.assemble("  channel ", (report.channel, "bold")))
+        title.append_text(Text.assemble("  channel ", (printable(report.channel), "bold")))
     title.append(f"  every {format_duration(interval)}  {clock}  poll {report.poll + 1}")
     return title
 
@@ -117,7 +123,7 @@ def _table(report: Report) -> Table:
         )
         for node in row.nodes if nsqds > 1 else ():
             table.add_row(
-                Text(f"{indent}  {_node_name(node)}"),
+                Text(printable(f"{indent}  {_node_name(node)}")),
                 *_numbers(node.counters, node.rates, row.channel is not None),
                 "",
                 "",
@@ -139,10 +145,10 @@ def _failed_nsqds(report: Report) -> int:
 def _name(report: Report, row: Row, indent: str) -> Text:
     name = Text(indent)
     if row.channel is None:
-        name.append(report.topic)
+        name.append(printable(report.topic))
         name.append(" (topic)", style="dim")
     else:
-        name.append(row.channel)
+        name.append(printable(row.channel))
     if row.counters.paused:
         name.append(" paused", style="bold yellow")
     return name
