@@ -16,8 +16,10 @@ import termios
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from nsqtools.commands.fitting import Space, layout, space
 from nsqtools.testing import Nsqd, our_tool, wait_until
 from nsqtools.testing.httpserver import LocalHttpServer, Reply
+from tests.conftest import Cluster
 
 TOPIC = "terminal"
 CHANNEL = "shown"
@@ -181,3 +183,83 @@ def test_nsq_tail_shows_a_body_as_text_and_dims_only_its_prefix(nsqd: Nsqd) -> N
     )
     piped = subprocess.run([*tail, "--channel=piped"], capture_output=True, check=True).stdout
     assert piped == b"".join(f"{TOPIC} | ".encode() + body + b"\n" for body in bodies)
+
+
+# -- tables fit the terminal -------------------------------------------------------------
+
+WIDTHS = (80, 100, 160)
+BIG = 123_456  # messages on each nsqd: six digits, seven in the totals
+
+
+def test_nsq_channels_and_channel_keep_counts_and_addresses_whole(cluster2: Cluster) -> None:
+    publish_big(cluster2, CHANNEL, "other")
+    lookupd = f"--lookupd-http-address={cluster2.lookupd.http_address}"
+    addresses = [nsqd.http_address for nsqd in cluster2.nsqds]
+    for columns in WIDTHS:
+        for argv in (nsq("channels", TOPIC, lookupd), nsq("channel", TOPIC, CHANNEL, lookupd)):
+            shown = fitting(on_terminal(argv, columns), columns)
+            assert str(2 * BIG) in shown  # the total; nsq channel has each nsqd's too
+            assert str(BIG) in shown or argv[len(our_tool("nsq"))] == "channels"
+            assert all(address in shown for address in addresses), shown
+    wide = fitting(on_terminal(nsq("channels", TOPIC, lookupd), 160), 160)
+    assert "memory" in wide and "timed-out" in wide  # at 160 nothing gave way
+
+
+def test_nsq_stat_keeps_its_numbers_whole_and_gives_up_the_sparklines_first(
+    cluster2: Cluster,
+) -> None:
+    publish_big(cluster2, CHANNEL)
+    stat = [
+        *our_tool("nsq_stat"), f"--topic={TOPIC}", "--count=2", "--interval=100ms",
+        f"--lookupd-http-address={cluster2.lookupd.http_address}",
+    ]  # fmt: skip
+    headings = {}
+    for columns in WIDTHS:
+        shown = fitting(on_terminal(stat, columns), columns)
+        assert f"{2 * BIG:,}" in shown and f"{BIG:,}" in shown
+        assert all(
+            nsqd.tcp_address in shown or nsqd.http_address in shown for nsqd in cluster2.nsqds
+        )
+        # the heading of the last drawing (the live table is drawn once a poll)
+        heading = [line.split() for line in shown.splitlines() if "in/s" in line.split()][-1]
+        assert heading[:4] == ["in/s", "out/s", "depth", *heading[3:4]]
+        assert "inflt" in heading
+        headings[columns] = heading
+    assert "history" not in headings[80] and "history" not in headings[100]
+    assert headings[160][-4:] == ["in/s", "history", "out/s", "history"]
+
+
+def publish_big(cluster: Cluster, *channels: str) -> None:
+    """BIG messages on each nsqd of the cluster, in each of its channels."""
+    for nsqd in cluster.nsqds:
+        nsqd.create_channels(TOPIC, *channels)
+    cluster.publish_many(TOPIC, lambda nsqd: [b"m"] * BIG)
+    for nsqd in cluster.nsqds:
+        for channel in channels:
+            wait_until(
+                lambda: nsqd.channel_stats(TOPIC, channel).depth == BIG,  # noqa: B023
+                WAIT,
+                f"{BIG} messages in {channel} on {nsqd.name}",
+            )
+
+
+def fitting(output: str, columns: int) -> str:
+    """The output without its styles, checked to fit `columns` with nothing cut."""
+    shown = without_styles(output)
+    assert "…" not in shown, shown
+    assert all(len(line) <= columns for line in shown.splitlines()), shown
+    return shown
+
+
+def test_columns_give_way_highest_first_and_words_wrap_before_any_is_cut() -> None:
+    name, count, words, spark = Space(10, 10), Space(7, 7), Space(30, 15), Space(16, 16, 2)
+    rate = Space(7, 7, 1)
+    spaces = [name, count, rate, words, spark]
+    gaps = 3 * 4
+    assert layout(spaces, 10 + 7 + 7 + 30 + 16 + gaps, gap=3) == [10, 7, 7, 30, 16]
+    # the words wrap, down to their longest, before a column gives way
+    assert layout(spaces, 10 + 7 + 7 + 15 + 16 + gaps, gap=3) == [10, 7, 7, 15, 16]
+    assert layout(spaces, 10 + 7 + 7 + 30 + gaps - 4, gap=3) == [10, 7, 7, 30 - 1, None]
+    assert layout(spaces, 10 + 7 + 15 + 6, gap=3) == [10, 7, None, 15, None]
+    assert layout(spaces, 20, gap=3) == [10, 7, None, 15, None]  # too narrow: none cut
+    assert space(["nsqds", "127.0.0.1:4151 127.0.0.1:4152"], wraps=True) == Space(29, 14)
