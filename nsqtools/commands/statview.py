@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich import box
 from rich.console import (
@@ -65,6 +65,7 @@ _NUMBER_COLUMNS = (
 )
 _HISTORY_COLUMNS = (_Column("in/s history", 9, "green"), _Column("out/s history", 10, "cyan"))
 _E2E_COLUMN = _Column("e2e latency", 8)
+_NAME_LEAST = 24
 _GAP = 3  # cells between two columns: their padding and the rule between them
 
 Cell = Text | str
@@ -145,6 +146,10 @@ def _table(report: Report, room: int) -> Table:
         space([column.heading, *(_plain(cells[index]) for cells, _ in rows)], column.gives_way)
         for index, column in enumerate(columns)
     ]
+    # A name longer than _NAME_LEAST (topics may have 64 characters) is cut rather than
+    # the numbers, on a terminal too narrow for both.
+    names = spaces[0]
+    spaces[0] = replace(names, least=min(names.natural, _NAME_LEAST))
     widths = layout(spaces, room, _GAP)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False, pad_edge=False)
     for column, width in zip(columns, widths, strict=True):
