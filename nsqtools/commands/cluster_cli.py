@@ -20,7 +20,7 @@ from nsqtools.commands.options import DURATION, check_addresses, nsqd_http_and_l
 
 if TYPE_CHECKING:
     import httpx
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
 
     from nsqtools.cluster import Cluster
     from nsqtools.httpapi import HttpApiError
@@ -111,8 +111,14 @@ def failure_json(failure: HttpApiError) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Column:
+    """A column of a table. On a terminal too narrow for the whole table, columns give
+    way (the highest `gives_way` first; 0 never) and a text of words (a list of
+    addresses, a user agent) wraps between its words; a number, a name, an address are
+    never cut."""
+
     header: str
-    numeric: bool = False  # right-aligned
+    numeric: bool = False  # right-aligned, never wrapped
+    gives_way: int = 0
 
 
 @dataclass
@@ -134,7 +140,7 @@ def print_tables(console: Console, tables: Sequence[Table]) -> None:
     a blank line between tables."""
     for index, table in enumerate(tables):
         if console.is_terminal:
-            console.print(_rich_table(table))
+            console.print(_rich_table(table, console.width))
             continue
         if index:
             console.out("")
@@ -155,22 +161,42 @@ def plain_lines(table: Table) -> list[str]:
     return [table.title, *aligned] if table.title else aligned
 
 
-def _rich_table(table: Table) -> Any:
-    """The table for rich, every text as Text: cells come from the cluster (a client's
-    user agent may hold `[/]`), and rich would read a string as markup."""
+def _rich_table(table: Table, room: int) -> Any:
+    """The table for rich, every text as Text, its control characters escaped: cells come
+    from the cluster (a client's user agent may hold `[/]` or an escape sequence), and
+    rich would read a string as markup, and a terminal the escape."""
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text
 
+    from nsqtools.commands.consoles import printable
+    from nsqtools.commands.fitting import layout, space
+
+    rows = [([printable(cell) for cell in cells], style) for cells, style in table.rows]
+    spaces = [
+        space(
+            [column.header, *(cells[index] for cells, _ in rows)],
+            column.gives_way,
+            not column.numeric,
+        )
+        for index, column in enumerate(table.columns)
+    ]
+    # rich's SIMPLE_HEAD box: a cell of padding each side of each column, a rule between.
+    widths = layout(spaces, room, gap=3, edges=4)
     rich_table = RichTable(
-        title=Text(table.title, style="bold") if table.title else None,
+        title=Text(printable(table.title), style="bold") if table.title else None,
         title_justify="left",
         box=box.SIMPLE_HEAD,
     )
-    for column in table.columns:
-        rich_table.add_column(column.header, justify="right" if column.numeric else "left")
-    for cells, style in table.rows:
-        rich_table.add_row(*map(Text, cells), style=style or None)
+    for column, width in zip(table.columns, widths, strict=True):
+        if width is not None:
+            justify: JustifyMethod = "right" if column.numeric else "left"
+            rich_table.add_column(
+                column.header, justify=justify, width=width, no_wrap=column.numeric
+            )
+    for cells, style in rows:
+        kept = [Text(cell) for cell, width in zip(cells, widths, strict=True) if width is not None]
+        rich_table.add_row(*kept, style=style or None)
     return rich_table
 
 

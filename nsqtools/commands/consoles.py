@@ -9,7 +9,9 @@ which `--help`, `--version`, a failed check and the plain outputs never pay.
 Both print with markup and highlighting off: what they show comes from the cluster or
 a message (a client's user agent, an address, a body), in which rich would read `[/]`
 as a closing tag and fail, or colour what looks like a number. What is styled is given
-as rich Text, or with a style.
+as rich Text, or with a style. On a terminal such text goes through printable() too: a
+control character in it (an escape sequence, a newline) would move the cursor, restyle
+the screen or break a table's row, so it is shown escaped instead.
 
 The plain lines on stderr are written here as they are, not through a console: the
 status lines of to_nsq and nsq_to_file (status_line: rich drops a carriage return when
@@ -60,6 +62,16 @@ def _console(stream: str) -> Console:
         )
         _consoles[stream] = console
     return console
+
+
+# Each C0 control character, DEL and each C1 control character, as Python escapes it
+# in a string's repr: \n, \t, \x1b, \x7f, \x9b.
+_ESCAPES = {code: repr(chr(code))[1:-1] for code in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters escaped, for a terminal to show as text."""
+    return text.translate(_ESCAPES)
 
 
 def status_line(text: str, *, clear: bool = False) -> None:

@@ -1,7 +1,6 @@
-"""JSON bodies highlighted for a terminal (rich), one message per line, no markup.
-
-Bodies are untrusted: they are never interpreted as rich markup, only coloured by
-rich's JSON highlighter when they parse as JSON; anything else is printed as is.
+"""nsq_tail's bodies on a terminal, one message per line, shown as text: control
+characters escaped (consoles.printable), never interpreted as rich markup; with colours,
+the topic prefix dim and a body that parses as JSON coloured by rich's JSON highlighter.
 """
 
 from __future__ import annotations
@@ -27,12 +26,23 @@ def highlighted_lines(bodies: Sequence[bytes], prefix: bytes = b"") -> bytes:
     return capture.get().encode()
 
 
+def printable_lines(bodies: Sequence[bytes], prefix: bytes = b"") -> bytes:
+    """The lines of the bodies for a terminal without colours."""
+    start = _printable(prefix)
+    return "".join(f"{start}{_printable(body)}\n" for body in bodies).encode()
+
+
 def _line(body: bytes, prefix: bytes) -> Text:
+    # Only the prefix is dim: a style given to the line's Text would cover the body too.
+    line = Text.assemble((_printable(prefix), "dim"))
     text = body.decode("utf-8", "replace")
-    line = Text(prefix.decode("utf-8", "replace"), style="dim")
     if text[:1] in ("{", "[") and _is_json(text):
-        return line + _highlighter(Text(text))
-    return line + Text(text)
+        return line + _highlighter(Text(consoles.printable(text)))
+    return line + Text(consoles.printable(text))
+
+
+def _printable(data: bytes) -> str:
+    return consoles.printable(data.decode("utf-8", "replace"))
 
 
 def _is_json(text: str) -> bool:

@@ -173,7 +173,9 @@ class _Renderer:
             if settings.output_format not in ("raw", "json")
             else None
         )
-        self.highlight = terminal and settings.color and settings.output_format == "raw"
+        # On a terminal the bodies are shown as text (control characters escaped), and
+        # coloured unless colours are off.
+        self.terminal = terminal and settings.output_format == "raw"
 
     def render(self, delivery: Delivery) -> bytes:
         """The lines for the delivery's messages."""
@@ -187,10 +189,12 @@ class _Renderer:
             return formats.json_lines(delivery.messages, origin)
         bodies = delivery.bodies
         prefix = f"{topic} | ".encode() if self.settings.print_topic else b""
-        if self.highlight:
-            from nsqtools.commands.highlight import highlighted_lines
+        if self.terminal:
+            from nsqtools.commands.highlight import highlighted_lines, printable_lines
 
-            return highlighted_lines(bodies, prefix)
+            if self.settings.color:
+                return highlighted_lines(bodies, prefix)
+            return printable_lines(bodies, prefix)
         return formats.raw_lines(bodies, prefix)
 
 

@@ -53,17 +53,17 @@ def nodes_tables(view: NodesView) -> list[Table]:
     nsqds = Table(
         [
             Column("address"),
-            Column("tcp"),
-            Column("hostname"),
-            Column("version"),
+            Column("tcp", gives_way=3),
+            Column("hostname", gives_way=4),
+            Column("version", gives_way=5),
             Column("health"),
             Column("topics", numeric=True),
-            *([Column("partitions", numeric=True)] if partitioned else []),
+            *([Column("partitions", numeric=True, gives_way=1)] if partitioned else []),
             Column("channels", numeric=True),
             Column("depth", numeric=True),
-            Column("messages", numeric=True),
+            Column("messages", numeric=True, gives_way=2),
             Column("clients", numeric=True),
-            Column("tombstoned"),
+            Column("tombstoned", gives_way=6),
         ],
         title="nsqd",
     )
@@ -80,7 +80,9 @@ def nodes_tables(view: NodesView) -> list[Table]:
         nsqds.add([*cells, " ".join(node.tombstoned_topics)], "" if healthy else "red")
     tables = [nsqds]
     if view.lookupds:
-        lookupds = Table([Column("address"), Column("version"), Column("health")], "nsqlookupd")
+        lookupds = Table(
+            [Column("address"), Column("version", gives_way=5), Column("health")], "nsqlookupd"
+        )
         for lookupd in view.lookupds:
             if lookupd.error is None:
                 lookupds.add([lookupd.address, lookupd.version, "OK"])

@@ -36,6 +36,17 @@ V = TypeVar("V", bound="View")
 
 TOTAL = "total"
 
+# On a narrow terminal, the columns of topic and channel rows that give way, the highest
+# first: the depth, in flight, messages, the rate and the clients never do.
+_GIVES_WAY = {
+    "latency": 6,
+    "memory": 5,
+    "disk": 4,
+    "deferred": 3,
+    "timed-out": 3,
+    "requeued": 2,
+}
+
 
 def interval_option(function: F) -> F:
     return click.option(
@@ -97,8 +108,8 @@ def fail_not_found(message: str, failures: Sequence[Any]) -> NoReturn:
 def depth_columns() -> list[Column]:
     return [
         Column("depth", numeric=True),
-        Column("memory", numeric=True),
-        Column("disk", numeric=True),
+        Column("memory", numeric=True, gives_way=_GIVES_WAY["memory"]),
+        Column("disk", numeric=True, gives_way=_GIVES_WAY["disk"]),
     ]
 
 
@@ -119,7 +130,7 @@ def channel_columns(rates: bool) -> list[Column]:
     counts = ("in-flight", "deferred", "requeued", "timed-out", "messages")
     return [
         *depth_columns(),
-        *(Column(name, numeric=True) for name in counts),
+        *(Column(name, numeric=True, gives_way=_GIVES_WAY.get(name, 0)) for name in counts),
         *rate_columns(rates),
         Column("clients", numeric=True),
         Column("paused"),
@@ -163,7 +174,10 @@ def quantiles_of(rows: Iterable[TopicRow | ChannelRow]) -> list[float]:
 
 
 def latency_columns(quantiles: Sequence[float]) -> list[Column]:
-    return [Column(percentile_header(quantile), numeric=True) for quantile in quantiles]
+    return [
+        Column(percentile_header(quantile), numeric=True, gives_way=_GIVES_WAY["latency"])
+        for quantile in quantiles
+    ]
 
 
 def latency_cells(latency: E2eLatency | None, quantiles: Sequence[float]) -> list[str]:
