@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from nsqtools.commands import docs
+from nsqtools.commands.completion import complete_var
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = [program.name for program in docs.programs()]
@@ -45,7 +46,7 @@ def test_man_and_completions_match_the_commands(generated: dict[str, str]) -> No
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_man_page_is_clean_roff(program: str, generated: dict[str, str]) -> None:
-    page = generated[f"man/{program}.1"]
+    page = generated[f"man/man1/{program}.1"]
     assert page.startswith(f".TH {program.upper()} 1 ")
     titles = re.findall(r"^\.SH (.*)$", page, re.MULTILINE)
     assert [title for title in titles if title in SECTIONS] == SECTIONS, titles
@@ -113,7 +114,7 @@ def test_the_roff_check_catches_mistakes(text: str) -> None:
 )
 def test_bash_completion_of_the_installed_program(program: str, words: str, expected: str) -> None:
     environment = os.environ | {
-        docs.complete_var(program): "bash_complete",
+        complete_var(program): "bash_complete",
         "COMP_WORDS": words,
         "COMP_CWORD": str(len(words.split()) - 1),
     }
@@ -126,7 +127,7 @@ def test_bash_completion_of_the_installed_program(program: str, words: str, expe
 
 def test_the_generated_bash_script_completes_the_installed_program() -> None:
     script = (
-        "source completions/nsq_tail.bash\n"
+        "source completions/bash/nsq_tail\n"
         "COMP_WORDS=(nsq_tail --to); COMP_CWORD=1\n"
         "_nsq_tail_completion nsq_tail\n"
         'printf "%s\\n" "${COMPREPLY[@]}"\n'

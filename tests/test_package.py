@@ -1,6 +1,7 @@
-"""The wheel holds the package and nothing else of the checkout, installs into a bare
-virtual environment and runs there, and the developer tools in it that need a checkout
-say so in one line instead of looking for folders in site-packages.
+"""The wheel holds the package, the man pages and the completions and nothing else of
+the checkout, installs into a bare virtual environment and runs there, and the developer
+tools in it that need a checkout say so in one line instead of looking for folders in
+site-packages.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from nsqtools import __version__
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ("nsq", "nsq_tail", "to_nsq")
 DIST_INFO = f"nsqtools-{__version__}.dist-info"
+DATA = f"nsqtools-{__version__}.data/data"
 
 
 def run(
@@ -59,9 +61,26 @@ def package_files() -> set[str]:
     }
 
 
-def test_the_wheel_holds_the_package_its_types_and_licence_only(wheel: Path) -> None:
+def generated_files() -> set[str]:
+    """The man pages and completions, where the wheel installs them under the prefix."""
+    shared = {
+        "man/man1": "share/man/man1",
+        "completions/bash": "share/bash-completion/completions",
+        "completions/zsh": "share/zsh/site-functions",
+        "completions/fish": "share/fish/vendor_completions.d",
+    }
+    return {
+        f"{DATA}/{share}/{path.name}"
+        for folder, share in shared.items()
+        for path in (ROOT / folder).iterdir()
+    }
+
+
+def test_the_wheel_holds_the_package_its_types_licence_and_docs_only(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {name for name in names if not name.startswith(DIST_INFO)} == package_files()
+    assert {name for name in names if not name.startswith(DIST_INFO)} == (
+        package_files() | generated_files()
+    )
     assert "nsqtools/py.typed" in names
     assert f"{DIST_INFO}/licenses/LICENSE" in names
 

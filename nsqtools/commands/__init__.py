@@ -38,6 +38,8 @@ OWN_SUBCOMMANDS = {
     "tombstone": "nsqtools.commands.admin.tombstone",
     "bench": "nsqtools.commands.bench",
     "archive": "nsqtools.commands.archive",
+    "completion": "nsqtools.commands.completion",
+    "man": "nsqtools.commands.manpage",
 }
 
 

@@ -21,24 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from click.shell_completion import BashComplete, FishComplete, ShellComplete, ZshComplete
 
 from nsqtools import __version__
 from nsqtools.checkout import source_checkout
 from nsqtools.commands import OWN_SUBCOMMANDS, SUBCOMMANDS, group
+from nsqtools.commands.completion import SHELLS, script
 from nsqtools.commands.front import EXIT_FAILURE, EXIT_USAGE, GoFlagsCommand
 from nsqtools.commands.options import AddressOption
 
 GENERATED_DIRS = ("man", "completions")
 KEPT = "README.md"  # the one hand-written file in each generated folder
 REGENERATE = "python -m nsqtools.commands.docs"
-
-# click's completion class for a shell → the script's file name for a program
-COMPLETIONS: dict[type[ShellComplete], str] = {
-    BashComplete: "{}.bash",
-    ZshComplete: "_{}",
-    FishComplete: "{}.fish",
-}
 
 MISSING, DIFFERS, STALE = "missing", "differs", "stale: no program makes it"
 
@@ -69,29 +62,28 @@ def _module_doc(module: str) -> str:
     return inspect.cleandoc(importlib.import_module(module).__doc__ or "")
 
 
-def complete_var(program: str) -> str:
-    """The environment variable that asks `program` to complete, as click names it."""
-    return "_{}_COMPLETE".format(program.replace("-", "_").replace(".", "_").upper())
-
-
 def generate() -> dict[str, str]:
     """Every generated file: path relative to the project root → content."""
     everything = programs()
     files: dict[str, str] = {}
     for program in everything:
-        files[f"man/{program.name}.1"] = man_page(program, everything)
+        files[f"man/man1/{program.name}.1"] = man_page(program, everything)
         files.update(completion_scripts(program))
     return files
 
 
+def generate_page(name: str) -> str:
+    """The manual page of the program called `name`."""
+    everything = programs()
+    [program] = [program for program in everything if program.name == name]
+    return man_page(program, everything)
+
+
 def completion_scripts(program: Program) -> dict[str, str]:
-    """What `_<PROGRAM>_COMPLETE=<shell>_source <program>` prints, for each shell."""
-    var = complete_var(program.name)
+    """The completion script of each shell for `program`, by path."""
     return {
-        f"completions/{pattern.format(program.name)}": shell(
-            program.command, {}, program.name, var
-        ).source()
-        for shell, pattern in COMPLETIONS.items()
+        f"completions/{path.format(program.name)}": script(shell, program.name)
+        for shell, (_, path) in SHELLS.items()
     }
 
 
@@ -112,9 +104,9 @@ def drift(root: Path, files: dict[str, str]) -> dict[str, str]:
 
 def _generated_on_disk(root: Path) -> set[str]:
     return {
-        f"{folder}/{path.name}"
+        path.relative_to(root).as_posix()
         for folder in GENERATED_DIRS
-        for path in (root / folder).glob("*")
+        for path in (root / folder).rglob("*")
         if path.is_file() and path.name != KEPT
     }
 
