@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from nsqtools.commands import docs
+from nsqtools.commands import docs, pages
 from nsqtools.commands.completion import complete_var
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAMS = [program.name for program in docs.programs()]
+PROGRAMS = [program.name for program in pages.programs()]
 BIN = Path(sys.executable).parent  # where the virtual environment installed the programs
 
 SECTIONS = ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ENVIRONMENT", "EXIT STATUS", "SEE ALSO"]

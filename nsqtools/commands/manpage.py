@@ -35,12 +35,12 @@ def page_name(name: str) -> str | None:
 def command(name: str) -> None:
     """Show the manual page of COMMAND: a program (nsq_tail) or a subcommand (tail);
     nsqtools' own subcommands (topics, delete, ...) are in nsq's page."""
-    from nsqtools.commands import docs
+    from nsqtools.commands import pages
 
     page = page_name(name)
     if page is None:
         raise click.UsageError(f"no manual page for {name!r}: one of {', '.join(PROGRAMS)}")
-    text = docs.generate_page(page)
+    text = pages.page(page)
     viewer = shutil.which("man")
     if sys.stdout.isatty() and viewer is not None:
         sys.exit(subprocess.run([viewer, "-l", "-"], input=text, text=True, check=False).returncode)
