@@ -15,10 +15,12 @@ import click
 
 from nsqtools import __version__
 from nsqtools.commands import OWN_SUBCOMMANDS, SUBCOMMANDS, group
+from nsqtools.commands.examples import EXAMPLES
 from nsqtools.commands.front import EXIT_FAILURE, EXIT_USAGE, GoFlagsCommand
 from nsqtools.commands.options import AddressOption
 from nsqtools.commands.roff import (
     BR,
+    IP,
     METAVAR,
     PP,
     RoffRequest,
@@ -28,9 +30,12 @@ from nsqtools.commands.roff import (
     item,
     joined,
     paragraphs,
+    prose,
     roff,
     section,
 )
+
+OWN_COMMANDS = "NSQTOOLS' OWN COMMANDS"  # the section of nsq's page that documents them
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,10 @@ def man_page(program: Program, everything: Sequence[Program]) -> str:
         *section("DESCRIPTION", _description(program)),
         *(section("COMMANDS", _commands(tools, own)) if umbrella else []),
         *section("OPTIONS", _options(command, ctx)),
+        *(section(OWN_COMMANDS, _own_commands(ctx, own)) if umbrella else []),
         *section("ENVIRONMENT", _environment(commands)),
         *section("EXIT STATUS", _exit_status()),
+        *([] if umbrella else section("EXAMPLES", _examples(program.name))),
         *section("SEE ALSO", [_see_also(program, everything)]),
     ]
     return roff(lines)
@@ -93,9 +100,14 @@ def _summary(command: click.Command) -> str:
     return command.get_short_help_str(limit=200).removesuffix(".")
 
 
+def _usage(ctx: click.Context) -> str:
+    """What follows the command's name in its synopsis, metavariables in italics."""
+    pieces = escape(" ".join(ctx.command.collect_usage_pieces(ctx)))
+    return METAVAR.sub(r"\\fI\g<0>\\fR", pieces)
+
+
 def _synopsis(program: Program, ctx: click.Context) -> list[str]:
-    pieces = escape(" ".join(program.command.collect_usage_pieces(ctx)))
-    usage = METAVAR.sub(r"\\fI\g<0>\\fR", pieces)
+    usage = _usage(ctx)
     names = [program.name] + ([f"nsq {program.subcommand}"] if program.subcommand else [])
     return joined((f"{bold(name)} {usage}" for name in names), BR)
 
@@ -109,9 +121,50 @@ def _description(program: Program) -> list[str]:
 
 def own_commands() -> dict[str, click.Command]:
     """nsqtools' own subcommands (no Go tool has them: no page of their own), by name."""
-    return {
-        name: importlib.import_module(module).command for name, module in OWN_SUBCOMMANDS.items()
-    }
+    own: dict[str, click.Command] = dict(group.commands)  # help
+    for name, module in OWN_SUBCOMMANDS.items():
+        own[name] = importlib.import_module(module).command
+    return own
+
+
+def own_command_paths(
+    parent: click.Context, own: dict[str, click.Command]
+) -> list[tuple[str, click.Context]]:
+    """Each of nsqtools' own commands, and each subcommand of a group among them, as
+    `nsq NAME [SUBNAME]` with its context, by name."""
+    found: list[tuple[str, click.Context]] = []
+    for name, command in sorted(own.items()):
+        ctx = click.Context(command, info_name=name, parent=parent, **command.context_settings)
+        found.append((ctx.command_path, ctx))
+        if isinstance(command, click.Group):
+            subcommands = {sub: command.get_command(ctx, sub) for sub in command.list_commands(ctx)}
+            found += own_command_paths(ctx, {k: v for k, v in subcommands.items() if v})
+    return found
+
+
+def _own_commands(parent: click.Context, own: dict[str, click.Command]) -> list[str]:
+    """Every own command's usage, description, options and examples, under its name.
+    The examples assume a lookupd in the environment, as a user of them sets it once."""
+    lines = [
+        f"The examples assume {bold('NSQ_LOOKUPD_HTTP_ADDRESS=127.0.0.1:4161')} in the "
+        "environment, unless they give an address."
+    ]
+    for path, ctx in own_command_paths(parent, own):
+        command = ctx.command
+        help_text = paragraphs((command.help or "").split("\f")[0])
+        lines += [RoffRequest(f".SS {escape(path)}"), f"{bold(path)} {_usage(ctx)}"]
+        lines += [line for text in help_text for line in (PP, text)]
+        lines += _options(command, ctx) + _examples(path)
+    return lines
+
+
+def _examples(name: str) -> list[str]:
+    """The examples of a command: what each does, then its command line, indented."""
+    return [
+        line
+        for what, example in EXAMPLES.get(name, ())
+        for line in (PP, prose(what), IP, bold(example))
+    ]
 
 
 def _commands(tools: Sequence[Program], own: dict[str, click.Command]) -> list[str]:

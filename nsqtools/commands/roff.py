@@ -5,6 +5,7 @@ groff renders without warnings and tests/test_generated_docs.py's check allows.
 
 from __future__ import annotations
 
+import inspect
 import re
 import textwrap
 from collections.abc import Iterable
@@ -28,6 +29,10 @@ class RoffRequest(str):
     """A roff request line (.SH, .TP, ...), written as it is; every other line is text."""
 
 
+class KeptLines(str):
+    """Text whose lines are kept as they are, one under the other."""
+
+
 TP, IP, PP, BR = RoffRequest(".TP"), RoffRequest(".IP"), RoffRequest(".PP"), RoffRequest(".br")
 
 
@@ -42,6 +47,8 @@ def roff(lines: Iterable[str]) -> str:
     for line in lines:
         if isinstance(line, RoffRequest):
             out.append(line)
+        elif isinstance(line, KeptLines):
+            out += joined(map(text_line, line.splitlines()), BR)
         else:
             out += map(text_line, _wrap(line))
     return "".join(line + "\n" for line in out)
@@ -65,7 +72,16 @@ def prose(text: str) -> str:
 
 
 def paragraphs(text: str) -> list[str]:
-    return [prose(part) for part in re.split(r"\n\s*\n", text.strip()) if part.strip()]
+    """The paragraphs of a click help text; one that click must not rewrap (it begins
+    with \\b: command lines, a list) keeps its lines."""
+    found: list[str] = []
+    for part in re.split(r"\n\s*\n", inspect.cleandoc(text)):
+        if part.startswith("\b\n"):
+            lines = [escape(line.strip()) for line in part.splitlines()[1:] if line.strip()]
+            found.append(KeptLines("\n".join(lines)))
+        elif part.strip():
+            found.append(prose(part))
+    return found
 
 
 def section(title: str, body: Iterable[str]) -> list[str]:
