@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqtools import __version__
+from nsqtools import NSQ_VERSION, __version__, version_line
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ("nsq", "nsq_tail", "to_nsq")
@@ -93,7 +93,7 @@ def test_a_bare_environment_with_only_the_wheel_runs_the_programs(
     pip("--python", environment / "bin" / "python", "install", "--no-deps", "--no-index", wheel)
     for program in PROGRAMS:
         result = run([environment / "bin" / program, "--version"])
-        assert (result.returncode, result.stdout) == (0, f"{program} v{__version__}\n")
+        assert (result.returncode, result.stdout) == (0, version_line(program) + "\n")
 
 
 def run_installed(
@@ -129,3 +129,41 @@ def test_installed_a_missing_nsq_binary_names_where_to_put_it(
         "nsqd not found in PATH; run scripts/install-nsq in a checkout of nsqtools, "
         "or set NSQ_BIN_DIR to a folder holding NSQ v1.3.0's binaries"
     )
+
+
+def test_the_version_line_names_ours_and_the_nsq_release_matched() -> None:
+    assert version_line("nsq_tail") == f"nsq_tail v{__version__} (nsqtools; matches NSQ v1.3.0)"
+    assert NSQ_VERSION == "1.3.0"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["nsq", "--version"], ["nsq", "tail", "--version"], ["nsq_stat", "-version"]],
+)
+def test_version_through_click_says_the_same(argv: list[str]) -> None:
+    """The entry point answers a lone --version; click answers it after a subcommand."""
+    program = "nsq_tail" if argv[1:2] == ["tail"] else argv[0]
+    result = run([Path(sys.executable).parent / argv[0], *argv[1:]])
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        version_line(program) + "\n",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["nsq_tail", "-h"],
+        ["nsq_stat", "--help"],
+        ["nsq", "--help"],
+        ["nsq", "help", "pub"],
+        ["nsq", "topics", "-h"],
+        ["to_nsq", "-help"],
+    ],
+)
+def test_help_is_on_stdout_with_exit_0(argv: list[str]) -> None:
+    """Go's tools print their usage on stderr; ours on stdout, for a pager or grep."""
+    result = run([Path(sys.executable).parent / argv[0], *argv[1:]])
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("Usage: ")
