@@ -9,6 +9,7 @@ The dependencies come from PyPI (or pip's cache), as they do for pipx.
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 import venv
@@ -107,3 +108,32 @@ def test_nsq_man_of_nothing_known_says_so(prefix: Path) -> None:
     result = run(["nsq", "man", "tial"], prefix)
     assert result.returncode == 2
     assert "no manual page for 'tial'" in result.stderr
+
+
+def test_nsq_man_on_a_terminal_shows_the_page_through_man(prefix: Path) -> None:
+    """On a terminal the page goes through `man -l -` (its pager set to cat here)."""
+    leader, follower = pty.openpty()
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    environment |= {"PATH": f"{prefix / 'bin'}{os.pathsep}/usr/bin:/bin", "MANPAGER": "cat"}
+    environment |= {"COLUMNS": "80", "TERM": "dumb"}
+    with subprocess.Popen(["nsq", "man", "tail"], stdout=follower, env=environment) as process:
+        os.close(follower)
+        shown = read_all(leader)
+    assert process.returncode == 0
+    assert "NSQ_TAIL(1)" in shown
+    assert ".TH" not in shown  # rendered, not the roff source
+
+
+def read_all(fd: int) -> str:
+    """Everything written to the terminal until its last writer closed it."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
