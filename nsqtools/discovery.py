@@ -53,6 +53,7 @@ __all__ = [
     "run_plan",
     "send_each",
     "topics",
+    "topics_all_plan",
 ]
 
 
@@ -117,10 +118,11 @@ async def lookup_topics_all(
     client: httpx.AsyncClient, lookupds: Sequence[str]
 ) -> tuple[list[str], list[DiscoveryError]]:
     """The sorted union of every lookupd's topics, and the failures."""
-    return await run_plan(client, _topics_all_plan(lookupds))
+    return await run_plan(client, topics_all_plan(lookupds))
 
 
-def _topics_all_plan(lookupds: Sequence[str]) -> Plan[tuple[list[str], list[DiscoveryError]]]:
+def topics_all_plan(lookupds: Sequence[str]) -> Plan[tuple[list[str], list[DiscoveryError]]]:
+    """lookup_topics_all() as a plan, for any runner."""
     answers, errors = yield from _ask_each([lookupd.topics(address) for address in lookupds])
     return sorted({topic for found in answers for topic in found}), errors
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 
-from nsqtools import __version__
+from nsqtools import version_line
 from nsqtools.runtime.signals import catch_stop_signals
 
 VERSION_FLAGS = (["-version"], ["--version"])
@@ -44,7 +44,7 @@ class EntryPoint:
     def __call__(self) -> None:
         open_closed_stdio()
         if sys.argv[1:] in VERSION_FLAGS:
-            sys.stdout.write(f"{self.program} v{__version__}\n")
+            sys.stdout.write(version_line(self.program) + "\n")
             return
         if self.watches_signals(sys.argv[1:]):
             catch_stop_signals()

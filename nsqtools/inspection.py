@@ -21,17 +21,25 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
-
-import httpx
-import trio
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from nsqtools import discovery
-from nsqtools.cluster import Cluster, NodeStats, find_nsqds, poll_stats
+from nsqtools.cluster import (
+    Cluster,
+    NodeStats,
+    find_nsqds,
+    find_nsqds_plan,
+    poll_stats,
+    poll_stats_plan,
+)
 from nsqtools.httpapi import HttpApiError, lookupd
 from nsqtools.httpapi.lookupd import RegisteredNsqd
 from nsqtools.httpapi.nsqd import ChannelStats, ClientStats, E2eLatency, NsqdStats, TopicStats
+from nsqtools.httpapi.plans import Plan
 from nsqtools.stats.counters import Counters, merged_latency, rates_between
+
+if TYPE_CHECKING:  # trio and httpx are imported where used: `nsq topics` runs without them
+    import httpx
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -368,11 +376,14 @@ def _client_order(row: ClientRow) -> tuple[str, int, str, str]:
 
 async def gather_topics(client: httpx.AsyncClient, cluster: Cluster) -> TopicsView:
     """Every topic: those the lookupds know and those any nsqd holds."""
-    (known, lookupd_failures), (addresses, find_failures) = await _both(
-        discovery.lookup_topics_all(client, cluster.lookupd_http_addresses),
-        find_nsqds(client, cluster),
-    )
-    polled = await poll_stats(client, addresses)
+    return await discovery.run_plan(client, topics_plan(cluster))
+
+
+def topics_plan(cluster: Cluster) -> Plan[TopicsView]:
+    """gather_topics() as a plan, for any runner (`nsq topics` runs it on threads)."""
+    known, lookupd_failures = yield from discovery.topics_all_plan(cluster.lookupd_http_addresses)
+    addresses, find_failures = yield from find_nsqds_plan(cluster)
+    polled = yield from poll_stats_plan(addresses)
     return TopicsView(
         topics=tuple(summarize_topics(polled, known)),
         failures=(*lookupd_failures, *find_failures, *_failures(polled)),
@@ -438,6 +449,8 @@ def _lookupd_row(address: str, info: lookupd.LookupdInfo | HttpApiError) -> Look
 
 async def measured(gather: Callable[[], Awaitable[V]], interval: float) -> V:
     """The view gathered twice, `interval` seconds apart, with the message rates between."""
+    import trio
+
     first_started = trio.current_time()
     before = await gather()
     await trio.sleep(interval)
@@ -449,6 +462,8 @@ async def measured(gather: Callable[[], Awaitable[V]], interval: float) -> V:
 
 async def _both(first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
     """Both awaited at once."""
+    import trio
+
     results: dict[int, Any] = {}
 
     async def run(index: int, awaitable: Awaitable[Any]) -> None:

@@ -215,7 +215,10 @@ def test_nsq_alone_lists_its_commands_with_the_go_tools_they_replace() -> None:
     listed = result.stdout.decode().split("Commands:\n")[1]
     inspection = ["channel", "channels", "nodes", "topic", "topics"]
     admin = ["create", "delete", "empty", "pause", "tombstone", "unpause"]
-    no_go_name = [(name, "") for name in ["archive", "bench", "help", *inspection, *admin]]
+    no_go_name = [
+        (name, "")
+        for name in ["archive", "bench", "completion", "help", "man", *inspection, *admin]
+    ]
     assert re.findall(r"^  (\w+) +(?:(\w+): )?", listed, re.MULTILINE) == sorted(
         [*no_go_name, ("pub", "to_nsq"), ("stat", "nsq_stat"), ("tail", "nsq_tail")]
     )

@@ -15,12 +15,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
-from nsqtools.commands import docs
+from nsqtools.commands import docs, group, pages
+from nsqtools.commands.completion import complete_var
+from nsqtools.commands.examples import EXAMPLES
+from nsqtools.commands.roff import escape as docs_escape
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAMS = [program.name for program in docs.programs()]
+PROGRAMS = [program.name for program in pages.programs()]
 BIN = Path(sys.executable).parent  # where the virtual environment installed the programs
 
 SECTIONS = ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ENVIRONMENT", "EXIT STATUS", "SEE ALSO"]
@@ -45,7 +49,7 @@ def test_man_and_completions_match_the_commands(generated: dict[str, str]) -> No
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_man_page_is_clean_roff(program: str, generated: dict[str, str]) -> None:
-    page = generated[f"man/{program}.1"]
+    page = generated[f"man/man1/{program}.1"]
     assert page.startswith(f".TH {program.upper()} 1 ")
     titles = re.findall(r"^\.SH (.*)$", page, re.MULTILINE)
     assert [title for title in titles if title in SECTIONS] == SECTIONS, titles
@@ -113,7 +117,7 @@ def test_the_roff_check_catches_mistakes(text: str) -> None:
 )
 def test_bash_completion_of_the_installed_program(program: str, words: str, expected: str) -> None:
     environment = os.environ | {
-        docs.complete_var(program): "bash_complete",
+        complete_var(program): "bash_complete",
         "COMP_WORDS": words,
         "COMP_CWORD": str(len(words.split()) - 1),
     }
@@ -126,7 +130,7 @@ def test_bash_completion_of_the_installed_program(program: str, words: str, expe
 
 def test_the_generated_bash_script_completes_the_installed_program() -> None:
     script = (
-        "source completions/nsq_tail.bash\n"
+        "source completions/bash/nsq_tail\n"
         "COMP_WORDS=(nsq_tail --to); COMP_CWORD=1\n"
         "_nsq_tail_completion nsq_tail\n"
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
@@ -142,3 +146,39 @@ def test_the_generated_bash_script_completes_the_installed_program() -> None:
         check=False,
     )
     assert (result.returncode, result.stderr, result.stdout) == (0, "", "--topic\n")
+
+
+def own_command_contexts() -> list[tuple[str, click.Context]]:
+    umbrella = click.Context(group, info_name="nsq")
+    return pages.own_command_paths(umbrella, pages.own_commands())
+
+
+def test_every_own_command_has_its_options_in_nsqs_page(generated: dict[str, str]) -> None:
+    page = generated["man/man1/nsq.1"].split(f".SH {pages.OWN_COMMANDS}\n")[1]
+    subsections = dict(re.findall(r"^\.SS (.*)\n((?:(?!\.SS ).*\n)*)", page, re.MULTILINE))
+    for path, ctx in own_command_contexts():
+        text = subsections[docs_escape(path)]
+        for param in ctx.command.get_params(ctx):
+            if isinstance(param, click.Option) and not param.hidden:
+                for name in [*param.opts, *param.secondary_opts]:
+                    assert f"\\fB{docs_escape(name)}\\fR" in text, (path, name)
+
+
+def test_every_command_has_examples_with_its_own_flags() -> None:
+    commands = {path: ctx.command for path, ctx in own_command_contexts()}
+    commands |= {program.name: program.command for program in pages.programs()[1:]}
+    assert set(EXAMPLES) | {"nsq archive"} == set(commands)
+    for path, examples in EXAMPLES.items():
+        known = {
+            name.split("=")[0]
+            for param in commands[path].params
+            for name in [*param.opts, *getattr(param, "secondary_opts", [])]
+        }
+        for _, line in examples:
+            flags = {click_spelling(word.split("=")[0]) for word in line.split() if word[0] == "-"}
+            assert flags <= known, (path, flags - known)
+
+
+def click_spelling(flag: str) -> str:
+    """Go's -name as click knows it: --name (a one-letter flag keeps its one dash)."""
+    return flag if flag.startswith("--") or len(flag) == 2 else f"-{flag}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from nsqtools import __version__
+from nsqtools import __version__, version_line
 
 # subcommand → (module, Go name)
 SUBCOMMANDS = {
@@ -38,6 +38,8 @@ OWN_SUBCOMMANDS = {
     "tombstone": "nsqtools.commands.admin.tombstone",
     "bench": "nsqtools.commands.bench",
     "archive": "nsqtools.commands.archive",
+    "completion": "nsqtools.commands.completion",
+    "man": "nsqtools.commands.manpage",
 }
 
 
@@ -78,7 +80,7 @@ class LazyGroup(click.Group):
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(__version__, "--version", "-version", message="nsq v%(version)s")
+@click.version_option(__version__, "--version", "-version", message=version_line("nsq"))
 @click.pass_context
 def group(ctx: click.Context) -> None:
     """nsqtools: command-line tools for NSQ.

@@ -24,7 +24,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from nsqtools import __version__
+from nsqtools import __version__, version_line
 
 # click settings every command shares: Go's -h as well as --help, readable help width.
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -175,14 +175,15 @@ def _bool_spelling(
 
 
 def version_option(tool: str, go_has_it: bool = True) -> Callable[[F], F]:
-    """`-version` / `--version`: prints `<tool> v<version>` like the Go tools (to_nsq
-    has none: `go_has_it` False shows ours among the other options)."""
+    """`-version` / `--version`: prints `<tool> v<version>` like the Go tools, and the
+    NSQ release matched (to_nsq has none: `go_has_it` False shows ours among the other
+    options). The entry point answers first; this is for `nsq tail --version`."""
     grouping: dict[str, Any] = {} if go_has_it else {"cls": GroupedOption, "help_group": OTHER}
     return click.version_option(
         __version__,
         "-version",
         "--version",
-        message=f"{tool} v%(version)s",
+        message=version_line(tool),
         help="Print the version and exit.",
         **grouping,
     )

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import click
 
 from nsqtools import __version__
+from nsqtools.commands import completers
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
@@ -82,7 +83,7 @@ class StatSettings:
 
 
 @click.command("stat", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option("--topic", help="NSQ topic.")
+@click.option("--topic", shell_complete=completers.topics, help="NSQ topic.")
 @click.option("--channel", help="NSQ channel  [default: the topic and every channel]")
 @click.option(
     "--interval",

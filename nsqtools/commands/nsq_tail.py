@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import completers
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
@@ -115,7 +116,13 @@ def _check_format(output_format: str) -> None:
 
 
 @click.command("tail", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    shell_complete=completers.topics,
+    help="NSQ topic (may be given multiple times).",
+)
 @click.option("--channel", help="NSQ channel  [default: tail<6 random digits>#ephemeral]")
 @click.option(
     "-n",
@@ -140,6 +147,7 @@ def _check_format(output_format: str) -> None:
     default="raw",
     show_default=True,
     metavar="raw|json|TEMPLATE",
+    shell_complete=completers.words("raw", "json"),
     help="raw bodies; json: one JSON envelope per line (id, timestamp, attempts, topic, "
     "channel, nsqd, body, encoding; on the Youzan fork also partition, trace_id, "
     "queue_offset); or a template such as '{ts} {topic} {body}' with fields id, ts, epoch, "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import completers
 from nsqtools.commands.consoles import end_status_line, status_line
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
@@ -51,7 +52,13 @@ TOOL = "nsq_to_file"
 
 @click.command("to-file", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
 @click.argument("arguments", nargs=-1, required=False, metavar="")  # Go: an error
-@click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    shell_complete=completers.topics,
+    help="NSQ topic (may be given multiple times).",
+)
 @click.option("--topic-pattern", metavar="REGEXP", help="Only log topics matching this pattern.")
 @click.option(
     "--topic-refresh",
@@ -69,12 +76,18 @@ TOOL = "nsq_to_file"
     help="Max number of messages to allow in flight (and to sync at once).",
 )
 @grouped_option(
-    OUTPUT, "--output-dir", default="/tmp", show_default=True, help="Directory for output files."
+    OUTPUT,
+    "--output-dir",
+    default="/tmp",
+    show_default=True,
+    shell_complete=completers.directories,
+    help="Directory for output files.",
 )
 @grouped_option(
     OUTPUT,
     "--work-dir",
     default="",
+    shell_complete=completers.directories,
     help="Directory for in-progress files, moved to --output-dir once closed "
     "(default: the output dir).",
 )

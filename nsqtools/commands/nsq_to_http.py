@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import completers
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
@@ -63,7 +64,7 @@ class ToHttpSettings:
 
 
 @click.command("to-http", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option("--topic", default="", help="NSQ topic.")
+@click.option("--topic", default="", shell_complete=completers.topics, help="NSQ topic.")
 @click.option("--channel", default="nsq_to_http", show_default=True, help="NSQ channel.")
 @click.option(
     "--post",

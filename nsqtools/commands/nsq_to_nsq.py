@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import completers
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     GoFlagsCommand,
@@ -61,7 +62,13 @@ class RelaySettings:
 
 
 @click.command("to-nsq", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option("--topic", "topics", multiple=True, help="NSQ topic (may be given multiple times).")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    shell_complete=completers.topics,
+    help="NSQ topic (may be given multiple times).",
+)
 @click.option("--channel", default="nsq_to_nsq", show_default=True, help="NSQ channel.")
 @click.option(
     "--destination-nsqd-tcp-address",

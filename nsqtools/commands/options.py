@@ -18,6 +18,7 @@ import click
 from click.core import ParameterSource
 
 from nsqtools import __version__
+from nsqtools.commands import completers
 from nsqtools.commands.front import (
     LOG_LEVELS,
     LOGGING,
@@ -217,15 +218,23 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
             TLS_AND_AUTH,
             "--tls-root-ca-file",
             metavar="FILE",
+            shell_complete=completers.files,
             help="CA file to verify nsqd with (enables TLS).",
         ),
         grouped_option(
             TLS_AND_AUTH,
             "--tls-cert",
             metavar="FILE",
+            shell_complete=completers.files,
             help="Client certificate for TLS (enables TLS).",
         ),
-        grouped_option(TLS_AND_AUTH, "--tls-key", metavar="FILE", help="Client key for TLS."),
+        grouped_option(
+            TLS_AND_AUTH,
+            "--tls-key",
+            metavar="FILE",
+            shell_complete=completers.files,
+            help="Client key for TLS.",
+        ),
         grouped_option(
             TLS_AND_AUTH,
             "--tls-insecure-skip-verify",
@@ -273,6 +282,7 @@ def relay_options(receiver: str) -> Callable[[F], F]:
             default="hostpool",
             show_default=True,
             metavar="MODE",
+            shell_complete=completers.modes,
             help=f"Which {receiver} gets each message: round-robin, hostpool, epsilon-greedy, "
             f"or all (every {receiver} gets every message).",
         ),

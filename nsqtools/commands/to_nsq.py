@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nsqtools.commands import completers
 from nsqtools.commands.consoles import status_line
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
@@ -62,7 +63,7 @@ TOOL = "to_nsq"
     nargs=-1,
     type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True, path_type=Path),
 )
-@click.option("--topic", help="NSQ topic to publish to.")
+@click.option("--topic", shell_complete=completers.topics, help="NSQ topic to publish to.")
 @nsqd_addresses("Destination nsqd TCP address (may be given multiple times).")
 @click.option(
     "--delimiter",

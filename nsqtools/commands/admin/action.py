@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from nsqtools.commands import consoles
+from nsqtools.commands import completers, consoles
 from nsqtools.commands.cluster_cli import (
     HTTP_TIMEOUT_OPTION,
     Column,
@@ -152,5 +152,5 @@ def topic_or_channel_command(verb_name: str, summary: str, destructive: bool) ->
     if destructive:
         decorated = yes_option(decorated)
     decorated = click.argument("channel", required=False)(decorated)
-    decorated = click.argument("topic")(decorated)
+    decorated = click.argument("topic", shell_complete=completers.topics)(decorated)
     return click.command(verb_name, context_settings=CONTEXT_SETTINGS)(decorated)

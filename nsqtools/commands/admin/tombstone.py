@@ -6,13 +6,14 @@ from typing import Any
 
 import click
 
+from nsqtools.commands import completers
 from nsqtools.commands.admin.action import run_action, yes_option
 from nsqtools.commands.cluster_cli import cluster_options, json_option
 from nsqtools.commands.front import CONTEXT_SETTINGS
 
 
 @click.command("tombstone", context_settings=CONTEXT_SETTINGS)
-@click.argument("topic")
+@click.argument("topic", shell_complete=completers.topics)
 @click.argument("nsqd_address", metavar="NSQD_HTTP_ADDRESS")
 @yes_option
 @json_option

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import consoles
+from nsqtools.commands import completers, consoles
 from nsqtools.commands.archive.jobs import (
     Sources,
     archive_options,
@@ -34,7 +34,9 @@ TOOL = "nsq_archive_replay"  # in the user agent nsqd shows
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @sources_argument
-@click.option("--topic", required=True, help="The topic to publish to.")
+@click.option(
+    "--topic", required=True, shell_complete=completers.topics, help="The topic to publish to."
+)
 @nsqd_addresses(
     "nsqd TCP address to publish to (may be given multiple times): each gets every message."
 )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import consoles
+from nsqtools.commands import completers, consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 
 @click.command("channel", context_settings=CONTEXT_SETTINGS)
-@click.argument("topic")
+@click.argument("topic", shell_complete=completers.topics)
 @click.argument("channel")
 @json_option
 @interval_option

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import consoles
+from nsqtools.commands import completers, consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 
 @click.command("topic", context_settings=CONTEXT_SETTINGS)
-@click.argument("topic")
+@click.argument("topic", shell_complete=completers.topics)
 @json_option
 @interval_option
 @cluster_options

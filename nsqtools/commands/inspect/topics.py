@@ -21,7 +21,7 @@ from nsqtools.commands.inspect.shared import (
     depth_cells,
     depth_columns,
     failures_json,
-    gather_view,
+    gather_view_fast,
     has_partitions,
     interval_option,
     partition_cells,
@@ -47,9 +47,9 @@ def command(**options: Any) -> None:
     Per topic: depth (in memory and on disk), messages, channels, paused, the nsqds
     holding it. The topics are those the lookupds know and those any nsqd holds.
     """
-    from nsqtools.inspection import gather_topics
+    from nsqtools.inspection import gather_topics, topics_plan
 
-    view = gather_view(options, gather_topics)
+    view = gather_view_fast(options, gather_topics, topics_plan)
     if options["as_json"]:
         print_json(topics_json(view))
     else:
