@@ -301,7 +301,7 @@ def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None
             2,
             "unknown option",
         ),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--no-such-flag"], 2, "No such option"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--no-such-flag"], 2, "--no-such-flag"),
         (["--topic=t", "--nsqd-tcp-address=a:1", "-n", "1.5"], 2, "-n"),
         (["--topic=t", "--nsqd-tcp-address=a:1", "-print-topic=maybe"], 2, "invalid boolean value"),
         (
