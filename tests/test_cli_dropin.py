@@ -234,8 +234,8 @@ def test_nsq_help_command_is_the_commands_help() -> None:
         assert result.stdout == ours("nsq", command, "--help").stdout
         assert result.stdout.startswith(f"Usage: nsq {command} ".encode())
     assert ours("nsq", "help").stdout == ours("nsq", "--help").stdout
-    unknown = ours("nsq", "help", "nope")
+    unknown = ours("nsq", "help", "xyzzy")
     assert unknown.returncode == 2
     assert unknown.stderr.decode().splitlines() == [
-        "nsq: error: no such command 'nope': see `nsq help`"
+        "nsq: error: no such command 'xyzzy': see `nsq help`"
     ]
