@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from nsqtools.testing import Nsqd, Nsqlookupd
+
 BIN = Path(sys.executable).parent
 
 
@@ -33,3 +35,61 @@ def test_a_mistyped_subcommand_gets_the_closest_one(args: list[str], line: str) 
     result = ours("nsq", *args)
     assert result.returncode == 2
     assert result.stderr.decode().splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("nsq_tail", ["-topic=t", "-nsqd-tcp-address=http://127.0.0.1:4150/"]),
+        ("to_nsq", ["-topic=t", "-nsqd-tcp-address=http://127.0.0.1:4150/"]),
+        ("nsq", ["topics", "--nsqd-http-address=http://127.0.0.1:4150/"]),
+    ],
+)
+def test_a_url_given_as_an_address_is_named_as_a_url(tool: str, args: list[str]) -> None:
+    result = ours(tool, *args)
+    assert result.returncode == 1
+    [line] = result.stderr.decode().splitlines()
+    assert line.endswith(
+        "invalid address 'http://127.0.0.1:4150/': a URL, where host:port is wanted "
+        "(give 127.0.0.1:4150)"
+    )
+
+
+LOOKUPD_TCP = "nsqlookupd's TCP port (it answered E_BAD_PROTOCOL as nsqlookupd does)"
+
+
+def test_nsqlookupds_tcp_port_given_as_nsqds_is_said_for_what_it_is(lookupd: Nsqlookupd) -> None:
+    result = ours("nsq_tail", "-topic=t", f"-nsqd-tcp-address={lookupd.tcp_address}")
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"nsq_tail: error: {lookupd.tcp_address} is {LOOKUPD_TCP}, not nsqd's TCP port"
+    ]
+
+
+def test_nsqds_tcp_port_given_to_nsq_stat_is_said_for_what_it_is(nsqd: Nsqd) -> None:
+    """nsq_stat asks on the standard library's sockets (nsqtools.httpapi.blocking)."""
+    result = ours("nsq_stat", "-topic=t", "-channel=c", f"-nsqd-http-address={nsqd.tcp_address}")
+    assert result.returncode == 1
+    [line] = result.stderr.decode().splitlines()
+    assert line.endswith(
+        f"nsqd {nsqd.tcp_address}: GET /stats: the address is nsqd's TCP port, not an HTTP "
+        "port (it answered in NSQ's TCP protocol)"
+    )
+
+
+def test_tcp_ports_given_as_http_ones_to_nsq_are_said_for_what_they_are(
+    nsqd: Nsqd, lookupd: Nsqlookupd
+) -> None:
+    """The inspection commands ask through httpx, which keeps the bytes it cannot read."""
+    by_nsqd = ours("nsq", "topics", f"--nsqd-http-address={nsqd.tcp_address}")
+    assert by_nsqd.returncode == 1
+    assert by_nsqd.stderr.decode().splitlines() == [
+        f"nsq: error: nsqd {nsqd.tcp_address}: GET /stats: the address is nsqd's TCP port, "
+        "not an HTTP port (it answered in NSQ's TCP protocol)"
+    ]
+    by_lookupd = ours("nsq", "nodes", f"--lookupd-http-address={lookupd.tcp_address}")
+    assert by_lookupd.returncode == 1
+    assert by_lookupd.stderr.decode().splitlines() == [
+        f"nsq: error: nsqlookupd {lookupd.tcp_address}: GET /nodes: the address is "
+        f"{LOOKUPD_TCP}, not an HTTP port"
+    ]
