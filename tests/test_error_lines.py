@@ -4,13 +4,15 @@ is said for what it is."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, Nsqlookupd
+from nsqtools.testing import Nsqd, Nsqlookupd, wait_until
+from tests.conftest import Cluster
 
 BIN = Path(sys.executable).parent
 
@@ -93,3 +95,51 @@ def test_tcp_ports_given_as_http_ones_to_nsq_are_said_for_what_they_are(
         f"nsq: error: nsqlookupd {lookupd.tcp_address}: GET /nodes: the address is "
         f"{LOOKUPD_TCP}, not an HTTP port"
     ]
+
+
+def started(tool: str, *args: str, stderr: Path) -> subprocess.Popen[bytes]:
+    with stderr.open("wb") as written:
+        return subprocess.Popen([str(BIN / tool), *args], stdout=subprocess.DEVNULL, stderr=written)
+
+
+def wait_for_line(process: subprocess.Popen[bytes], stderr: Path, text: str) -> None:
+    try:
+        wait_until(lambda: text in stderr.read_text(), 20, repr(text))
+    finally:
+        process.kill()
+        process.wait()
+
+
+def closed_port() -> int:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        return int(unused.getsockname()[1])
+
+
+def test_nsq_to_nsq_says_why_a_destination_cannot_be_reached(nsqd: Nsqd, tmp_path: Path) -> None:
+    nsqd.publish("relayed", b"one")
+    destination = f"127.0.0.1:{closed_port()}"
+    stderr = tmp_path / "stderr"
+    process = started(
+        "nsq_to_nsq",
+        f"-nsqd-tcp-address={nsqd.tcp_address}",
+        "-topic=relayed",
+        f"-destination-nsqd-tcp-address={destination}",
+        stderr=stderr,
+    )
+    wait_for_line(process, stderr, f"requeued: cannot connect to {destination}: connection refused")
+
+
+@pytest.mark.parametrize("tool", ["nsq_tail", "nsq_to_file"])
+def test_a_topic_no_nsqd_has_is_said_at_start(cluster: Cluster, tmp_path: Path, tool: str) -> None:
+    stderr = tmp_path / "stderr"
+    process = started(
+        tool,
+        f"-lookupd-http-address={cluster.lookupd.http_address}",
+        "-topic=nosuchtopic",
+        f"-output-dir={tmp_path}" if tool == "nsq_to_file" else "-n=1",
+        stderr=stderr,
+    )
+    wait_for_line(
+        process, stderr, "topic nosuchtopic: no nsqd has it (nsqlookupd lists none); looking again"
+    )
