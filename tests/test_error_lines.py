@@ -143,3 +143,21 @@ def test_a_topic_no_nsqd_has_is_said_at_start(cluster: Cluster, tmp_path: Path, 
     wait_for_line(
         process, stderr, "topic nosuchtopic: no nsqd has it (nsqlookupd lists none); looking again"
     )
+
+
+def test_nsq_to_http_says_a_destination_is_an_nsqd_tcp_port(nsqd: Nsqd, tmp_path: Path) -> None:
+    """nsq_to_http posts through nsqtools.httpclient's pool."""
+    nsqd.publish("posted", b"one")
+    stderr = tmp_path / "stderr"
+    process = started(
+        "nsq_to_http",
+        f"-nsqd-tcp-address={nsqd.tcp_address}",
+        "-topic=posted",
+        f"-post=http://{nsqd.tcp_address}/",
+        stderr=stderr,
+    )
+    wait_for_line(
+        process,
+        stderr,
+        f"POST http://{nsqd.tcp_address}: the address is nsqd's TCP port, not an HTTP port",
+    )

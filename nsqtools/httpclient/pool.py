@@ -140,9 +140,12 @@ class Connection:
         if not first:
             raise _NoAnswer
         self.answer_started = True
-        head = simple_head(first)
-        if head is None and (wrong_port := not_http(first[:ANSWER_START])) is not None:
+        # Any status line is longer; NSQ's TCP servers write theirs in pieces.
+        while len(first) < ANSWER_START and (more := await self._receive_some()):
+            first += more
+        if (wrong_port := not_http(first[:ANSWER_START])) is not None:
             raise _NotHttp(wrong_port)
+        head = simple_head(first)
         if head is None or head.content_length > KEPT_BODY_BYTES:
             return await self._read_with_h11(request, [first])
         return await self._read_plain(request, head, first)
