@@ -183,7 +183,7 @@ def _unknown_flag(arg: str, spellings: dict[str, tuple[click.Option, str, bool]]
     name = arg[len(dashes) :].partition("=")[0]
     if not name or name[0] in "-=":
         return f"bad flag syntax: {arg}"
-    visible = [name for name, (option, _, _) in spellings.items() if not option.hidden]
+    visible = [known for known, (option, _, _) in spellings.items() if not option.hidden]
     closest = difflib.get_close_matches(name, visible, n=1, cutoff=0.5)
     hint = f" (did you mean {dashes}{closest[0]}?)" if closest else f" (see {dashes}help)"
     return f"flag provided but not defined: {dashes}{name}{hint}"
