@@ -30,6 +30,8 @@ def split_bind_address(address: str) -> tuple[str, int]:
 
 
 def _split(address: str) -> tuple[str, int]:
+    if "://" in address:
+        raise AddressError(_url_given(address))
     host, sep, port_text = address.rpartition(":")
     if not sep or not port_text.isdigit():
         raise AddressError(f"invalid address {address!r}: expected host:port")
@@ -38,6 +40,13 @@ def _split(address: str) -> tuple[str, int]:
     elif ":" in host:
         raise AddressError(f"invalid address {address!r}: put an IPv6 host in brackets")
     return host, int(port_text)
+
+
+def _url_given(address: str) -> str:
+    """The error for a URL where host:port is wanted, naming the host:port in it."""
+    host_port = address.partition("://")[2].partition("/")[0]
+    instead = f" (give {host_port})" if host_port else ""
+    return f"invalid address {address!r}: a URL, where host:port is wanted{instead}"
 
 
 def join_host_port(host: str, port: int) -> str:

@@ -47,6 +47,11 @@ class ConfigError(ValueError):
     """A bad option or setting; the message is one line, meant for the user as is."""
 
 
+class ConfigRefused(ConfigError):
+    """Options each valid alone that go-nsq's Config.Validate refuses together: the Go
+    tools fail when they make their consumer (exit 1), not when they parse flags."""
+
+
 def _parse_bool(text: str) -> bool:
     """strconv.ParseBool."""
     if text not in _BOOLEANS:
@@ -266,9 +271,10 @@ class ClientConfig:
 
     def _check_heartbeat(self) -> None:
         # A negative (disabled) interval always passes: read_timeout is at least 100ms by now.
-        if self.heartbeat_interval >= self.read_timeout:
-            raise ConfigError(
-                "option heartbeat_interval must be less than read_timeout"
+        # Equal passes, as in go-nsq's Validate (30s against a read_timeout of 30s).
+        if self.heartbeat_interval > self.read_timeout:
+            raise ConfigRefused(
+                "option heartbeat_interval must not be more than read_timeout"
                 f" ({format_duration(self.read_timeout)}),"
                 f" got {format_duration(self.heartbeat_interval)}"
             )

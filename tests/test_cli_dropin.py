@@ -62,6 +62,11 @@ CHECKS_THAT_FAIL = [
     ("nsq_tail", ["{nsqd}", "-topic=t", "-n=x"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=t", "-max-in-flight=0x"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=t", "-bogus"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-nsqd-tcp-addres=127.0.0.1:1"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "---topic=t"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic"], 2),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-max-in-flight=-1"], 1),
+    ("nsq_tail", ["{nsqd}", "-topic=t", "-consumer-opt=read_timeout,29s"], 1),
     # Integers Go does not read; the invalid topic makes any we misread exit 1 at once.
     ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n=08"], 2),
     ("nsq_tail", ["{nsqd}", "-topic=bad!", "-n=1__0"], 2),
@@ -77,6 +82,7 @@ CHECKS_THAT_FAIL = [
     ("to_nsq", ["{nsqd}", "-topic=t", "-delimiter=ab"], 1),
     ("to_nsq", ["{nsqd}", "-topic=t", "-rate=x"], 2),
     ("to_nsq", ["{nsqd}", "-topic=t", "-producer-opt=nope,1"], 2),
+    ("nsq_to_file", ["{nsqd}", "-topic=t", "extra", "-topic=u"], 1),
     ("nsq_to_nsq", [], 1),
     ("nsq_to_nsq", ["{nsqd}"], 1),
     ("nsq_to_nsq", ["{nsqd}", "-topic=t"], 1),  # no destination
@@ -231,8 +237,8 @@ def test_nsq_help_command_is_the_commands_help() -> None:
         assert result.stdout == ours("nsq", command, "--help").stdout
         assert result.stdout.startswith(f"Usage: nsq {command} ".encode())
     assert ours("nsq", "help").stdout == ours("nsq", "--help").stdout
-    unknown = ours("nsq", "help", "nope")
+    unknown = ours("nsq", "help", "xyzzy")
     assert unknown.returncode == 2
     assert unknown.stderr.decode().splitlines() == [
-        "nsq: error: no such command 'nope': see `nsq help`"
+        "nsq: error: no such command 'xyzzy': see `nsq help`"
     ]

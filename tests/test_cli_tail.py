@@ -262,7 +262,10 @@ def test_a_name_that_does_not_resolve_and_an_http_port_say_so(nsqd: Nsqd) -> Non
             "nosuchhost.invalid:4150",
             "cannot connect to nosuchhost.invalid:4150: name does not resolve",
         ),
-        (nsqd.http_address, f"{nsqd.http_address} is not an nsqd (it answered HTTP)"),
+        (
+            nsqd.http_address,
+            f"{nsqd.http_address} is an HTTP port, not nsqd's TCP port (it answered in HTTP)",
+        ),
     ]:
         result = nsq_tail(f"--nsqd-tcp-address={address}", f"--topic={TOPIC}")
         assert result.returncode == 1
@@ -301,7 +304,7 @@ def test_tls_verification_failure_is_one_line_and_exit_1(tls_nsqd: Nsqd) -> None
             2,
             "unknown option",
         ),
-        (["--topic=t", "--nsqd-tcp-address=a:1", "--no-such-flag"], 2, "No such option"),
+        (["--topic=t", "--nsqd-tcp-address=a:1", "--no-such-flag"], 2, "--no-such-flag"),
         (["--topic=t", "--nsqd-tcp-address=a:1", "-n", "1.5"], 2, "-n"),
         (["--topic=t", "--nsqd-tcp-address=a:1", "-print-topic=maybe"], 2, "invalid boolean value"),
         (

@@ -189,8 +189,24 @@ def test_a_heartbeat_during_set_up_is_answered() -> None:
 
 def test_an_http_server_is_not_an_nsqd() -> None:
     session = new_session()
-    with pytest.raises(NotNsqError, match=r"nsqd\.example:4150 is not an nsqd \(it answered"):
+    with pytest.raises(NotNsqError, match=r"^nsqd\.example:4150 is an HTTP port, not nsqd's"):
         session.receive_data(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    "pieces", [[b"\x00\x00\x00\x0eE_BAD_PROTOCOL"], [b"\x00\x00\x00\x0e", b"E_BAD"]]
+)
+def test_nsqlookupds_tcp_port_is_said_for_what_it_is(pieces: list[bytes]) -> None:
+    """nsqlookupd answers the V2 magic with E_BAD_PROTOCOL sized but unframed, written
+    in two pieces: read as a frame, its type would be 1163870785."""
+    session = new_session()
+    with pytest.raises(NotNsqError) as raised:
+        for piece in pieces:
+            session.receive_data(piece)
+    assert str(raised.value) == (
+        "nsqd.example:4150 is nsqlookupd's TCP port (it answered E_BAD_PROTOCOL as "
+        "nsqlookupd does), not nsqd's TCP port"
+    )
 
 
 def test_tls_asked_for_and_not_offered() -> None:

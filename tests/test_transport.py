@@ -252,7 +252,9 @@ async def test_nsqds_http_port_is_not_an_nsqd(nsqd: Nsqd) -> None:
     with pytest.raises(ConnectError) as raised:
         async with open_connection(nsqd.http_address, make_config()):
             pass
-    assert str(raised.value) == f"{nsqd.http_address} is not an nsqd (it answered HTTP)"
+    assert str(raised.value) == (
+        f"{nsqd.http_address} is an HTTP port, not nsqd's TCP port (it answered in HTTP)"
+    )
 
 
 def free_port(host: str) -> int:

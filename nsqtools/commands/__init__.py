@@ -43,6 +43,15 @@ OWN_SUBCOMMANDS = {
 }
 
 
+def no_such_command(name: str, commands: list[str]) -> str:
+    """The error for a command nsq does not have, with the closest one it has."""
+    import difflib
+
+    closest = difflib.get_close_matches(name, commands, n=1, cutoff=0.5)
+    hint = f"did you mean {closest[0]!r}?" if closest else "see `nsq help`"
+    return f"no such command {name!r}: {hint}"
+
+
 class LazyGroup(click.Group):
     """A group that imports a subcommand's module only when that subcommand is used, and
     lists each command with the Go tool it replaces."""
@@ -61,6 +70,17 @@ class LazyGroup(click.Group):
 
         command: click.Command = importlib.import_module(module).command
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, but an unknown name is answered with the closest command's name
+        (click's own suggestion knows only the commands loaded: `help`)."""
+        name = args[0] if args else ""
+        unknown = name[:1] not in ("", "-") and self.get_command(ctx, name) is None
+        if unknown and not ctx.resilient_parsing:
+            raise click.UsageError(no_such_command(name, self.list_commands(ctx)))
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
@@ -106,7 +126,7 @@ def help_command(ctx: click.Context, command_name: str | None) -> None:
         return
     command = group.get_command(parent, command_name)
     if command is None:
-        raise click.UsageError(f"no such command {command_name!r}: see `nsq help`")
+        raise click.UsageError(no_such_command(command_name, group.list_commands(parent)))
     settings = command.context_settings
     with click.Context(command, info_name=command_name, parent=parent, **settings) as sub:
         click.echo(command.get_help(sub))

@@ -14,6 +14,7 @@ NSQTOOLS_DEBUG=1).
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -100,8 +101,20 @@ class GoFlagsCommand(click.Command):
             with formatter.section(heading):
                 formatter.write_dl([record for record in records if record is not None])
 
+    # Go's flag package stops at the first word that is not a flag; what follows is the
+    # command's arguments (to_nsq's files, nsq_to_file's error), or ignored as Go does.
+    allow_interspersed_args = False
+    allow_extra_args = True
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, go_flags_to_click(self, args, ctx.resilient_parsing))
+        rest = super().parse_args(ctx, go_flags_to_click(self, args, ctx.resilient_parsing))
+        if ctx.args and not ctx.resilient_parsing:
+            ignored = " ".join(ctx.args)
+            sys.stderr.write(
+                f"{ctx.command_path}: warning: ignoring {ignored!r}: flags end at the first "
+                "word that is not a flag, as in Go\n"
+            )
+        return rest
 
 
 def _option_spellings(command: click.Command) -> dict[str, tuple[click.Option, str, bool]]:
@@ -119,10 +132,12 @@ def _option_spellings(command: click.Command) -> dict[str, tuple[click.Option, s
 def go_flags_to_click(
     command: click.Command, args: Sequence[str], resilient: bool = False
 ) -> list[str]:
-    """Rewrite Go-style flags into click's spelling; anything else passes unchanged.
+    """Rewrite Go-style flags into click's spelling, up to the first word that is not a
+    flag (or `--`), where Go stops: that word and all after it are arguments.
 
     As in Go, the last occurrence of a boolean flag wins (click would keep any true one),
-    and a flag that takes a value takes the next argument whatever it looks like.
+    and a flag that takes a value takes the next argument whatever it looks like. A flag
+    the command does not have is refused as typed, with the closest one suggested.
     `resilient` (shell completion) leaves a flag it cannot read as it is, never raising.
     """
     spellings = _option_spellings(command)
@@ -130,13 +145,16 @@ def go_flags_to_click(
     booleans: dict[str | None, list[str]] = {}  # option → its last occurrence, in click's words
     remaining = iter(args)
     for arg in remaining:
-        if arg == "--":
-            return [*rewritten, *chain.from_iterable(booleans.values()), arg, *remaining]
+        if arg == "--" or len(arg) < 2 or not arg.startswith("-"):
+            arguments = list(remaining) if arg == "--" else [arg, *remaining]
+            return [*rewritten, *chain.from_iterable(booleans.values()), "--", *arguments]
         match = _GO_FLAG.fullmatch(arg)
         if match is not None and match[1] in ("h", "help") and match[2] is None:
             rewritten.append("--help")
             continue
         if match is None or match[1] not in spellings:
+            if not resilient:
+                raise click.UsageError(_unknown_flag(arg, spellings))
             rewritten.append(arg)
             continue
         option, spelling, negative = spellings[match[1]]
@@ -148,11 +166,27 @@ def go_flags_to_click(
                 if not resilient:
                     raise
                 rewritten.append(arg)
-        elif value is None:
-            rewritten += [spelling, *islice(remaining, 1)]
-        else:
+        elif value is not None:
             rewritten += [spelling, value]
+        else:
+            following = list(islice(remaining, 1))
+            if not following and not resilient:
+                raise click.UsageError(f"flag needs an argument: {arg}")
+            rewritten += [spelling, *following]
     return [*rewritten, *chain.from_iterable(booleans.values())]
+
+
+def _unknown_flag(arg: str, spellings: dict[str, tuple[click.Option, str, bool]]) -> str:
+    """Go's words for a flag the command does not have, naming it as typed, with the
+    closest flag the command has spelled with the same dashes."""
+    dashes = "--" if arg.startswith("--") else "-"
+    name = arg[len(dashes) :].partition("=")[0]
+    if not name or name[0] in "-=":
+        return f"bad flag syntax: {arg}"
+    visible = [known for known, (option, _, _) in spellings.items() if not option.hidden]
+    closest = difflib.get_close_matches(name, visible, n=1, cutoff=0.5)
+    hint = f" (did you mean {dashes}{closest[0]}?)" if closest else f" (see {dashes}help)"
+    return f"flag provided but not defined: {dashes}{name}{hint}"
 
 
 def _bool_spelling(

@@ -134,7 +134,7 @@ def _check_format(output_format: str) -> None:
 )
 @click.option(
     "--max-in-flight",
-    type=GoInt(min=0),
+    type=GoInt(),
     default=200,
     show_default=True,
     help="Max number of messages to allow in flight.",

@@ -37,6 +37,7 @@ from nsqtools.commands.options import (
     dead_letter_options,
     http_client_timeouts,
     logging_options,
+    negative_as_zero,
     nsqd_and_lookupd_addresses,
 )
 
@@ -70,7 +71,7 @@ TOOL = "nsq_to_file"
 @click.option("--channel", default="nsq_to_file", show_default=True, help="NSQ channel.")
 @click.option(
     "--max-in-flight",
-    type=GoInt(min=1),
+    type=GoInt(),
     default=200,
     show_default=True,
     help="Max number of messages to allow in flight (and to sync at once).",
@@ -125,7 +126,8 @@ TOOL = "nsq_to_file"
 @grouped_option(
     OUTPUT,
     "--rotate-size",
-    type=GoInt(min=0),
+    type=GoInt(),
+    callback=negative_as_zero,
     default=0,
     help="Rotate the file when it grows bigger than this many bytes (uncompressed).",
 )

@@ -76,6 +76,12 @@ class GoInt(click.IntRange):
         return "" if self.min is None and self.max is None else super()._describe_range()
 
 
+def negative_as_zero(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """A click callback for the Go integers whose negative values mean what 0 means
+    (`if n > 0`): to_nsq's --rate, nsq_to_file's --rotate-size, the relays' --status-every."""
+    return max(value, 0)
+
+
 def parse_go_int(text: str) -> int:
     """strconv.ParseInt(text, 0, 64): an optional sign, then a base prefix, or 0 for
     octal; `_` only between digits (a prefix counts as one); nothing else, no spaces."""
@@ -288,7 +294,7 @@ def relay_options(receiver: str) -> Callable[[F], F]:
         ),
         click.option(
             "--max-in-flight",
-            type=GoInt(min=1),
+            type=GoInt(),
             default=200,
             show_default=True,
             help="Max number of messages to allow in flight.",
@@ -296,6 +302,7 @@ def relay_options(receiver: str) -> Callable[[F], F]:
         click.option(
             "--status-every",
             type=GoInt(),
+            callback=negative_as_zero,
             default=250,
             show_default=True,
             help=f"The # of requests between logging status (per {receiver}), 0 disables.",
@@ -304,13 +311,11 @@ def relay_options(receiver: str) -> Callable[[F], F]:
 
 
 def check_relay_options(options: dict[str, Any]) -> None:
-    """An unknown --mode is an error (Go's relays quietly pick one); --status-every >= 0."""
+    """An unknown --mode is an error (Go's relays quietly pick one)."""
     from nsqtools.hostpolicy import MODES
 
     if options["mode"] not in MODES:
         fail(f"--mode {options['mode']!r} is unknown: use one of {', '.join(MODES)}")
-    if options["status_every"] < 0:
-        fail("--status-every should not be negative")
 
 
 def dead_letter_options() -> Callable[[F], F]:
@@ -383,14 +388,21 @@ def logging_options(tool: str) -> Callable[[F], F]:
 def build_config(tool: str, options: dict[str, Any], **fixed: Any) -> Any:
     """ClientConfig from defaults, then the passthrough, then first-class options.
 
-    Returns nsqtools.config.ClientConfig (imported here so --help stays fast).
+    Returns nsqtools.config.ClientConfig (imported here so --help stays fast). As in Go,
+    an option that does not parse is a usage error (exit 2), while options that go-nsq's
+    Config.Validate refuses together, or a negative --max-in-flight, fail the check of
+    values (exit 1).
     """
-    from nsqtools.config import ClientConfig, ConfigError
+    from nsqtools.config import ClientConfig, ConfigError, ConfigRefused
 
+    if fixed.get("max_in_flight", 0) < 0:
+        fail(f"--max-in-flight must not be negative, got {fixed['max_in_flight']}")
     config = ClientConfig(user_agent=f"{tool}/{__version__} nsqtools/{__version__}")
     overrides = _first_class_settings(options) | fixed
     try:
         config.apply_options(options.get("client_options") or (), overrides)
+    except ConfigRefused as error:
+        fail(str(error))
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     return config

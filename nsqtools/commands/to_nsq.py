@@ -45,6 +45,7 @@ from nsqtools.commands.options import (
     check_addresses,
     connection_options,
     logging_options,
+    negative_as_zero,
     nsqd_addresses,
     partition_option,
 )
@@ -73,7 +74,8 @@ TOOL = "to_nsq"
 )
 @click.option(
     "--rate",
-    type=GoInt(min=0),
+    type=GoInt(),
+    callback=negative_as_zero,
     default=0,
     show_default=True,
     help="Throttle messages to n/second. 0 to disable.",

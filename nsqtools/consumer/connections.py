@@ -27,6 +27,7 @@ from nsqtools.consumer.link import Link, LinkHooks
 from nsqtools.consumer.options import ConsumerOptions
 from nsqtools.consumer.positions import StartPositionError, start_channel_at
 from nsqtools.consumer.subscription import Subscription
+from nsqtools.durations import format_duration
 from nsqtools.errors import AuthError, NsqError, NsqErrorResponse, TlsError
 from nsqtools.protocol import ProtocolError, youzan
 from nsqtools.transport import Conn, open_connection
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from nsqtools.httpapi.lookupd import TopicLookup
 
 log = logging.getLogger("nsqtools.consumer")
+
+# How often at most a consumer through nsqlookupd says that no nsqd has its topic.
+ABSENCE_NOTE_EVERY = 60.0
 
 # Direct nsqd addresses are redialed after 0.5s, 1s, 2s, ... up to this; the delay starts
 # again at 0.5s once a connection has lasted STEADY_CONNECTION.
@@ -226,12 +230,19 @@ class Connections:
             timeout=config.lookupd_poll_timeout, headers=config.lookupd_headers()
         ) as client:
             asked_for_lookupds = False
+            absence_noted_at: float | None = None
             while not self.stopping:
                 found, errors = await discovery.lookup_topic_all(
                     client, self.lookupd_http_addresses, self.topic
                 )
                 for error in errors:
                     log.warning("%s", error)
+                answered = len(errors) < len(self.lookupd_http_addresses)
+                if answered and not (found.producers or found.partitions):
+                    now = trio.current_time()
+                    if absence_noted_at is None or now - absence_noted_at >= ABSENCE_NOTE_EVERY:
+                        absence_noted_at = now
+                        self._note_absence()
                 if found.is_fork and not asked_for_lookupds:
                     asked_for_lookupds = True
                     more = await discovery.more_lookupds(client, self.lookupd_http_addresses)
@@ -244,6 +255,15 @@ class Connections:
                 self._lookup_soon = trio.Event()
                 with trio.move_on_after(config.lookupd_poll_interval * (1 + jitter)):
                     await self._lookup_soon.wait()
+
+    def _note_absence(self) -> None:
+        """Say that no nsqd has the topic: a consumer through nsqlookupd otherwise waits
+        in silence, as for a mistyped topic (Go logs TOPIC_NOT_FOUND each poll)."""
+        log.warning(
+            "topic %s: no nsqd has it (nsqlookupd lists none); looking again every %s",
+            self.topic,
+            format_duration(self.config.lookupd_poll_interval),
+        )
 
     def _subscriptions_found(self, found: TopicLookup) -> list[tuple[str, Subscription]]:
         """Where to subscribe: each producer, or on the Youzan fork each partition's

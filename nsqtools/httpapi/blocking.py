@@ -34,6 +34,7 @@ from nsqtools.httpapi.call import (
     timed_out,
 )
 from nsqtools.httpapi.plans import Plan
+from nsqtools.protocol.wrong_port import ANSWER_START, not_http
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -109,6 +110,12 @@ class BlockingClient:
         """Send the request on the connection and read the whole answer."""
         http = h11.Connection(h11.CLIENT)
         connection.sendall(self._request(http, call, url))
+        start = _answer_start(connection)
+        if not start:
+            raise ConnectionError("server disconnected without sending a response")
+        if (wrong_port := not_http(start)) is not None:
+            raise call.error(f"the address is {wrong_port}")
+        http.receive_data(start)
         head: h11.Response | None = None
         body = bytearray()
         while True:
@@ -140,6 +147,18 @@ class BlockingClient:
             events.append(h11.Data(data=call.content))
         events.append(h11.EndOfMessage())
         return b"".join(http.send(event) or b"" for event in events)
+
+
+def _answer_start(connection: socket.socket) -> bytes:
+    """The answer's first ANSWER_START bytes (fewer if it ends sooner), which say what
+    answered when it is not HTTP: NSQ's servers write theirs in pieces."""
+    start = b""
+    while len(start) < ANSWER_START:
+        data = connection.recv(_READ_SIZE)
+        if not data:
+            break
+        start += data
+    return start
 
 
 def _connect(url: SplitResult, timeout: float) -> socket.socket:

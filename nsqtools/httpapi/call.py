@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from urllib.parse import urlsplit
 
 from nsqtools.errors import NsqError
 from nsqtools.httpapi.json_shape import ShapeError, one_line, typed
@@ -36,6 +37,8 @@ ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
 
 _WRAPPER_KEYS = frozenset({"status_code", "status_txt", "data"})
+# How long the second look at an answer httpx could not read may take.
+_PROBE_SECONDS = 2.0
 
 
 class HttpApiError(NsqError):
@@ -112,9 +115,42 @@ def _no_document(_: Any) -> None:
 async def send(client: httpx.AsyncClient, call: Call[T], *, timeout_option: str = "") -> T:
     """Send the call and read its answer; `timeout_option` names the setting of the
     client's timeout in the message of a timed-out request."""
-    with _request_errors(call, timeout_option):
-        response = await client.send(_build(client, call))
+    import httpx
+
+    try:
+        with _request_errors(call, timeout_option):
+            response = await client.send(_build(client, call))
+    except HttpApiError as error:
+        if isinstance(error.__cause__, httpx.RemoteProtocolError):
+            wrong_port = await _what_answered(call.url)
+            if wrong_port is not None:
+                raise call.error(f"the address is {wrong_port}") from error
+        raise
     return read_answer(call, _answer_of(response))
+
+
+async def _what_answered(url: str) -> str | None:
+    """What an answer httpx could not read came from, when it was NSQ's TCP protocol:
+    asked again on a connection of our own, whose first bytes httpx does not show."""
+    import anyio
+
+    from nsqtools.protocol.wrong_port import ANSWER_START, not_http
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname is None:
+        return None
+    try:
+        with anyio.fail_after(_PROBE_SECONDS):
+            async with await anyio.connect_tcp(parts.hostname, parts.port or 80) as stream:
+                await stream.send(b"GET / HTTP/1.0\r\n\r\n")
+                start = b""
+                while len(start) < ANSWER_START:
+                    start += await stream.receive(ANSWER_START - len(start))
+    except anyio.EndOfStream:
+        pass  # what came is all there is
+    except (OSError, TimeoutError, anyio.BrokenResourceError):
+        return None
+    return not_http(start)
 
 
 def send_sync(client: httpx.Client, call: Call[T], *, timeout_option: str = "") -> T:

@@ -45,6 +45,7 @@ from nsqtools.durations import format_duration
 from nsqtools.errors import NsqError, describe_connect_failure
 from nsqtools.httpclient.answers import SimpleHead, simple_head
 from nsqtools.httpclient.requests import HttpOrigin, Request
+from nsqtools.protocol.wrong_port import ANSWER_START, not_http
 
 _RECEIVE_SIZE = 65536
 # The start of an answer's body kept in HttpResponse.body: enough to quote in a log line.
@@ -103,6 +104,10 @@ class _NoAnswer(Exception):
     """The connection ended before any byte of the answer."""
 
 
+class _NotHttp(Exception):
+    """The answer is NSQ's TCP protocol: the port is nsqd's or nsqlookupd's TCP one."""
+
+
 class _Stale(Exception):
     """A reused connection failed before any byte of the answer: the server may have
     closed it while it was idle, so the request is worth sending on a new one."""
@@ -135,6 +140,11 @@ class Connection:
         if not first:
             raise _NoAnswer
         self.answer_started = True
+        # Any status line is longer; NSQ's TCP servers write theirs in pieces.
+        while len(first) < ANSWER_START and (more := await self._receive_some()):
+            first += more
+        if (wrong_port := not_http(first[:ANSWER_START])) is not None:
+            raise _NotHttp(wrong_port)
         head = simple_head(first)
         if head is None or head.content_length > KEPT_BODY_BYTES:
             return await self._read_with_h11(request, [first])
@@ -336,6 +346,8 @@ def _failure_reason(error: BaseException) -> str | None:
     (a cancellation, a bug), which goes on as it is."""
     if isinstance(error, _NoAnswer):
         return "the server closed the connection without answering"
+    if isinstance(error, _NotHttp):
+        return f"the address is {error}"
     if isinstance(error, h11.RemoteProtocolError):
         return f"bad answer: {error}"
     if isinstance(error, trio.BrokenResourceError):

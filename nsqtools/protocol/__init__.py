@@ -1,8 +1,9 @@
 """The NSQ V2 TCP protocol, sans-IO: bytes in, events out; intentions in, bytes out.
 
 Owns command encoding (commands), frame decoding (frames), name rules (names), the
-IDENTIFY/AUTH negotiation documents (identify) and a connection's protocol state: its
-set-up sequence, the answers owed, which errors end it (session). It never imports
+IDENTIFY/AUTH negotiation documents (identify), a connection's protocol state: its
+set-up sequence, the answers owed, which errors end it (session), and what another
+server's answer says it is (wrong_port). It never imports
 trio, ssl, socket, httpx, click or rich, so it is tested and fuzzed without any network.
 """
 

@@ -42,7 +42,8 @@ class SetupError(ProtocolError):
 
 
 class NotNsqError(SetupError):
-    """The peer answered the magic in HTTP: it is not an nsqd (its HTTP port, say)."""
+    """The peer's answer to the magic says it is not nsqd's TCP port (an HTTP port, or
+    nsqlookupd's TCP port)."""
 
 
 class TlsNotOfferedError(SetupError):

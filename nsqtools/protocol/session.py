@@ -57,6 +57,7 @@ from nsqtools.protocol.frames import (
     Response,
 )
 from nsqtools.protocol.identify import AuthResponse, IdentifyRequest, IdentifyResponse
+from nsqtools.protocol.wrong_port import ANSWER_START, not_nsqd_tcp
 
 # What the I/O layer sends with a command nsqd answers, to have it back with the answer.
 Request = TypeVar("Request")
@@ -139,7 +140,7 @@ class Session(Generic[Request]):
         self._phase = Phase.IDENTIFY
         self._phases_left: list[Phase] = []  # the set-up phases after IDENTIFY's answer
         self._upgrade_due = False  # the phase begins with the I/O layer starting a layer
-        self._received_any = False
+        self._answer_start = b""  # the first bytes received, which say what answered
         self._identify: IdentifyResponse | None = None
         self._owed: deque[Request] = deque()
         self._error: ProtocolError | None = None
@@ -170,12 +171,13 @@ class Session(Generic[Request]):
     def receive_data(self, data: bytes | bytearray) -> None:
         """Add bytes received from nsqd; next_step() or next_events() reads them."""
         self._check_open()
-        if not self._received_any:
-            self._received_any = True
-            # An HTTP server answers the magic with a status line, "HTTP/1.1 400 Bad
-            # Request", which read as a frame would be a 1.2 GB one.
-            if data.startswith(b"HTTP/"):
-                self._fail(NotNsqError(f"{self.address} is not an nsqd (it answered HTTP)"))
+        if len(self._answer_start) < ANSWER_START:
+            # Another server's answer to the magic ("HTTP/1.1 400 Bad Request", read as a
+            # frame, would be a 1.2 GB one) says which port was given instead.
+            self._answer_start += data[: ANSWER_START - len(self._answer_start)]
+            wrong_port = not_nsqd_tcp(self._answer_start)
+            if wrong_port is not None:
+                self._fail(NotNsqError(f"{self.address} is {wrong_port}"))
         self._decoder.receive_data(data)
 
     # -- set-up ----------------------------------------------------------------------

@@ -167,6 +167,8 @@ class Relay:
         elif isinstance(error, NsqErrorResponse) and error.code in REFUSALS:
             delivery.refuse(chosen, str(error))
         else:
+            # Why the destination did not take them, each time, as Go's logs say each try.
+            log.warning("%s: %d messages requeued: %s", delivery.topic, len(chosen), error)
             delivery.requeue(chosen)
 
 
