@@ -75,6 +75,18 @@ def test_nsq_to_file_refuses_the_words_after_the_flags_as_go_does() -> None:
     )
 
 
+def test_a_flag_after_to_nsqs_file_is_said_to_go_before_it(tmp_path: Path) -> None:
+    """to_nsq reads its arguments as files: `-topic` after one would be a missing file."""
+    records = tmp_path / "records"
+    records.write_bytes(b"r\n")
+    result = ours("to_nsq", "-nsqd-tcp-address=127.0.0.1:1", str(records), "-topic", "t")
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        f"to_nsq: error: flag -topic after the argument {str(records)!r}: flags go before "
+        "arguments, as in Go"
+    ]
+
+
 @pytest.mark.parametrize(
     ("flag", "message"),
     [

@@ -107,7 +107,10 @@ class GoFlagsCommand(click.Command):
     allow_extra_args = True
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        rest = super().parse_args(ctx, go_flags_to_click(self, args, ctx.resilient_parsing))
+        converted = go_flags_to_click(self, args, ctx.resilient_parsing)
+        if not ctx.resilient_parsing and "--" not in args:
+            self._refuse_flags_among_arguments(converted)
+        rest = super().parse_args(ctx, converted)
         if ctx.args and not ctx.resilient_parsing:
             ignored = " ".join(ctx.args)
             sys.stderr.write(
@@ -115,6 +118,26 @@ class GoFlagsCommand(click.Command):
                 "word that is not a flag, as in Go\n"
             )
         return rest
+
+    def _refuse_flags_among_arguments(self, converted: list[str]) -> None:
+        """A flag of the command after its first argument (`to_nsq FILE -topic t`): Go
+        would take it as an argument too; this command, which reads its arguments (files
+        that do not exist), says where the flag should go instead."""
+        takes_files = any(
+            isinstance(param, click.Argument) and isinstance(param.type, click.Path)
+            for param in self.params
+        )
+        if "--" not in converted or not takes_files:
+            return
+        arguments = converted[converted.index("--") + 1 :]
+        spellings = _option_spellings(self)
+        for word in arguments:
+            match = _GO_FLAG.fullmatch(word)
+            if match is not None and match[1] in spellings:
+                raise click.UsageError(
+                    f"flag {word} after the argument {arguments[0]!r}: flags go before "
+                    "arguments, as in Go"
+                )
 
 
 def _option_spellings(command: click.Command) -> dict[str, tuple[click.Option, str, bool]]:
