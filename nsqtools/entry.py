@@ -8,6 +8,8 @@
   takes them at once: one that comes while it starts is then remembered, never lost nor
   a traceback (nsqtools.runtime.signals). A command that does not watch them keeps
   Python's defaults: the first signal interrupts it;
+- ends quietly with exit 0 once stdout's reader has gone (`nsq topics | head -1`),
+  whatever was writing (nsqtools.runtime.closedstdout);
 
 then hands over to its command module.
 
@@ -23,6 +25,7 @@ import os
 import sys
 
 from nsqtools import version_line
+from nsqtools.runtime.closedstdout import quiet_stdout
 from nsqtools.runtime.signals import catch_stop_signals
 
 VERSION_FLAGS = (["-version"], ["--version"])
@@ -43,6 +46,7 @@ class EntryPoint:
 
     def __call__(self) -> None:
         open_closed_stdio()
+        quiet_stdout()
         if sys.argv[1:] in VERSION_FLAGS:
             sys.stdout.write(version_line(self.program) + "\n")
             return

@@ -18,6 +18,10 @@ import os
 import stat
 from collections.abc import AsyncIterator
 
+from nsqtools.runtime.closedstdout import silence_stdout
+
+__all__ = ["PipeClosed", "StdoutWriter", "read_chunks", "silence_stdout", "write_all"]
+
 READ_SIZE = 1024 * 1024
 
 
@@ -87,10 +91,3 @@ async def read_chunks(fd: int) -> AsyncIterator[bytes]:
         if not chunk:
             return
         yield chunk
-
-
-def silence_stdout() -> None:
-    """After a closed pipe: point fd 1 at /dev/null so nothing at exit complains."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
