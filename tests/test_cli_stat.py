@@ -290,6 +290,46 @@ def test_a_channel_that_does_not_exist_yet_is_said_then_shown(nsqd: Nsqd) -> Non
     assert len(stat.err) == 2
 
 
+def test_count_counts_rows_from_a_channel_that_appears_midway(nsqd: Nsqd) -> None:
+    """--count=4 printed 2 rows on main: the polls before the channel were counted."""
+    nsqd.create_channels(TOPIC)
+    args = [f"--nsqd-http-address={nsqd.http_address}", f"--topic={TOPIC}", "--channel=later"]
+    # 1s apart: the channel is made within the 4 s the run waits for it
+    with watched(*args, "--count=4", "--interval=1s") as stat:
+        stat.wait_for(lambda: any("not found" in line for line in stat.err), "not found")
+        nsqd.create_channels(TOPIC, "later")
+        assert stat.process.wait(timeout=WAIT) == 0, stat.err
+        for reader in stat.readers:
+            reader.join()
+    assert "".join(stat.out[:2]) == GO_HEADER
+    assert len(stat.out) == 2 + 4, stat.out
+
+
+@pytest.mark.parametrize(
+    ("where", "missing"),
+    [
+        ("--channel=nosuch", "channel(nosuch) in stats metadata for topic(stat)"),
+        ("--topic=nosuch", "topic(nosuch)"),
+    ],
+)
+def test_with_a_count_a_topic_or_channel_never_found_ends_the_run_with_exit_1(
+    nsqd: Nsqd, where: str, missing: str
+) -> None:
+    """It never ended on main (Go's ends at the first poll, exit 1)."""
+    nsqd.create_channels(TOPIC, "c")
+    args = [f"--nsqd-http-address={nsqd.http_address}", f"--topic={TOPIC}", where]
+    result = run(OURS, *args, "--count=2", "--interval=10ms")
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert re.fullmatch(
+        rf"nsq_stat: error: failed to find {re.escape(missing)}: "
+        r"missing from 3 polls in a row, over \d+\.\ds",
+        last,
+    ), last
+    assert result.stdout.startswith(GO_HEADER[:-1])  # the header only: without a
+    assert len(result.stdout.splitlines()) == 2  # channel, it names the rows
+
+
 def test_a_frozen_then_killed_nsqd_is_shown_and_the_run_goes_on(local_nsq: LocalNsq) -> None:
     nsqds = [local_nsq.nsqd(name) for name in ("one", "two")]
     for index, each in enumerate(nsqds):

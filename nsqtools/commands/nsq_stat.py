@@ -3,7 +3,8 @@ polled across the cluster every interval.
 
 Drop-in for Go's nsq_stat: same flags, checks and, piped or with --format plain, the
 same output byte for byte (nsqtools.stats.text). Beyond it: without --channel, the
-topic and every channel; a missing topic or channel is polled again, not fatal; an
+topic and every channel; a missing topic or channel is polled again, not fatal (with
+--count, for as long as the run would take: stats.polling.RowCount); an
 nsqd that fails is said on stderr and polled again; rates over the measured interval;
 --format json (one object per poll); on a terminal, a live table (statview.py)
 with each nsqd's rows, the rates' history, paused state and e2e latency.
@@ -74,7 +75,7 @@ class StatSettings:
     topic: str
     channel: str | None  # None: the topic and every channel
     interval: float
-    count: int | None  # reports to print; None: until a signal
+    count: int | None  # polls with rows to print; None: until a signal
     cluster: Cluster
     connect_timeout: float
     request_timeout: float
@@ -205,23 +206,26 @@ def stat(settings: StatSettings) -> None:
     from nsqtools.httpapi.blocking import BlockingClient
     from nsqtools.runtime.signals import run_until_stopped
     from nsqtools.runtime.stdio import silence_stdout
-    from nsqtools.stats.polling import Poller, beats
+    from nsqtools.stats.polling import Poller, RowCount, beats
     from nsqtools.stats.tracking import Tracker
 
     agent = {"User-Agent": f"{TOOL}/{__version__} nsqtools/{__version__}"}
     client = BlockingClient(settings.connect_timeout, settings.request_timeout, agent)
     poller = Poller(settings.cluster, settings.topic, settings.channel)
     tracker = Tracker(settings.topic, settings.channel)
+    rows = RowCount(settings.count) if settings.count is not None else None
 
     def poll_and_show() -> None:
         with _output(settings) as output:
-            for _ in beats(settings.interval, settings.count):
+            for _ in beats(settings.interval):
                 poll = client.run(poller.poll())
                 report = tracker.update(
                     poll.nodes, poll.asked_at, poll.wall_time, poll.lookupd_failures
                 )
                 if not output.show(report):
                     silence_stdout()
+                    break
+                if rows is not None and rows.counted(report):
                     break
 
     run_until_stopped(poll_and_show, hangup_stops=True)  # Go: SIGHUP stops too

@@ -3,8 +3,11 @@ one poll of the cluster as a plan (nsqtools.httpapi.plans) for the caller to run
 runs it on threads (httpapi.blocking), with neither trio nor httpx to import.
 
 Polls start at once, then on a fixed beat (start + k * interval: a slow poll does not
-push the later ones back, it skips the beats it overran); with a count, the last poll
-ends the run at once (Go's sleeps one more interval before exiting). Each poll finds
+push the later ones back, it skips the beats it overran). With a count (RowCount), the
+run ends at once after the count-th poll that printed rows (Go's sleeps one more
+interval before exiting); the polls that found no topic or channel, and the first that
+found it (its baseline), print none and are not counted. One that never appears ends
+the run with exit 1 (Go's ends at the first poll that misses it). Each poll finds
 the nsqds (the given ones, or the topic's producers through the lookupds, asked again
 every poll as Go does) and asks all their /stats at once.
 
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from nsqtools.cluster import Cluster, NodeStats, find_nsqds_plan, poll_stats_plan
 from nsqtools.errors import NsqError
 from nsqtools.httpapi.plans import Plan
-from nsqtools.stats.tracking import Failure
+from nsqtools.stats.tracking import Failure, Report
 
 
 class NothingReached(NsqError):
@@ -39,22 +42,52 @@ class Poll:
     wall_time: float  # the same instant, unix seconds
 
 
+class NeverFound(NsqError):
+    """With a count: the topic or channel was missing for as many polls in a row as the
+    whole run takes."""
+
+
+class RowCount:
+    """--count: the polls that printed rows, counted; True from counted() once there
+    were `count` of them. The run gives up (NeverFound) when count + 1 polls in a row,
+    as many as a run that finds it at once takes, found no topic or channel: a cron line
+    with a typo then ends, with exit 1, in the time the run was meant to take."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.shown = 0
+        self.missing: list[Report] = []  # the polls in a row that found nothing
+
+    def counted(self, report: Report) -> bool:
+        """Whether the run is over once `report` is shown."""
+        if any(row.rates is not None for row in report.rows):
+            self.shown += 1
+        self.missing = [] if report.found else [*self.missing, report]
+        if len(self.missing) > self.count:
+            raise NeverFound(self._never_found())
+        return self.shown >= self.count
+
+    def _never_found(self) -> str:
+        first, last = self.missing[0], self.missing[-1]
+        what = f"topic({last.topic})"
+        if last.channel is not None:  # Go's words
+            what = f"channel({last.channel}) in stats metadata for topic({last.topic})"
+        polls, seconds = len(self.missing), last.wall_time - first.wall_time
+        return f"failed to find {what}: missing from {polls} polls in a row, over {seconds:.1f}s"
+
+
 def beats(
     interval: float,
-    count: int | None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[int]:
-    """0, 1, 2... at start + k * interval on `clock`, `sleep` waiting in between; count + 1
-    of them when a count is given (the first poll only sets the baseline), with no wait
-    after the last."""
+    """0, 1, 2... at start + k * interval on `clock`, `sleep` waiting in between until
+    the next is asked for: none after the last one taken."""
     start = clock()
     polls = 0
     while True:
         yield polls
         polls += 1
-        if count is not None and polls > count:
-            return
         beats_gone = math.floor((clock() - start) / interval)
         sleep(max(0.0, start + (beats_gone + 1) * interval - clock()))
 
