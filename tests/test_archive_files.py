@@ -162,8 +162,21 @@ def test_a_clean_close_leaves_no_marker(tmp_path: Path) -> None:
     marker = Marker.create(tmp_path, _opened())
     assert marker.path.parent == tmp_path / MARKERS
     marker.remove()
-    assert list((tmp_path / MARKERS).iterdir()) == []
+    assert not (tmp_path / MARKERS).exists()  # nor their directory, empty
     assert recover_crashed_files(tmp_path, tmp_path, _names()) == []
+
+
+def test_the_markers_directory_stays_while_a_file_is_open_and_goes_with_the_last(
+    tmp_path: Path,
+) -> None:
+    """It was left, empty, in every output dir (the work dir by default)."""
+    first, second = Marker.create(tmp_path, _opened()), Marker.create(tmp_path, _opened())
+    first.remove()
+    assert list((tmp_path / MARKERS).iterdir()) == [second.path]
+    second.remove()
+    assert not (tmp_path / MARKERS).exists()
+    again = Marker.create(tmp_path, _opened())  # made again for the next file
+    assert again.path.exists()
 
 
 def test_a_dead_runs_file_is_cut_back_to_its_last_whole_record(tmp_path: Path) -> None:
@@ -171,7 +184,7 @@ def test_a_dead_runs_file_is_cut_back_to_its_last_whole_record(tmp_path: Path) -
     path = _dead_run(tmp_path, opened, b"one\ntwo\nhalf a rec")
     assert recover_crashed_files(tmp_path, tmp_path, _names()) == [path]
     assert path.read_bytes() == b"one\ntwo\n"
-    assert list((tmp_path / MARKERS).iterdir()) == []  # repaired once, not at every start
+    assert not (tmp_path / MARKERS).exists()  # repaired once, not at every start
 
 
 def test_a_dead_runs_gzip_file_keeps_its_whole_members(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import trio
 from nsqtools.config import ClientConfig
 from nsqtools.protocol import Message
 from nsqtools.relays.nsq import Relay
-from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
+from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, next_beat, run_consumers
 from nsqtools.runtime.deadletters import DeadLetterSettings, GivenUp
 from nsqtools.runtime.sinks import Delivery, Sink, SinkFailed
 from nsqtools.testing import Nsqd, not_in_nsqd, wait_until
@@ -361,3 +361,12 @@ def deferred_and_in_flight(nsqd: Nsqd) -> tuple[int, int, int]:
     """(depth, in flight, deferred) of the test channel."""
     stats = nsqd.channel_stats(TOPIC, CHANNEL)
     return stats.depth, stats.in_flight_count, stats.deferred_count
+
+
+def test_sink_ticks_keep_a_fixed_beat_as_gos_ticker() -> None:
+    """A tick that takes time does not push the next one back (a sleep after each did:
+    nsq_to_file then rotated on an idle --rotate-interval a tick sooner than Go's, an
+    empty file more each time); the beats a slow tick overran are skipped."""
+    assert next_beat(10.0, 0.5, now=10.3) == 10.5
+    assert next_beat(10.5, 0.5, now=10.5) == 11.0
+    assert next_beat(10.0, 0.5, now=11.2) == 11.5  # 10.5 and 11.0 overrun: skipped

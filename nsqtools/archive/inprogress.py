@@ -1,18 +1,21 @@
 """Which archive files are being written, so that a crashed run's files are repaired.
 
 Before a file is opened, a marker for it is written (and synced) in the work dir's
-`.nsq_to_file-open/` directory and locked (flock) for as long as the file is open; a clean
-close removes it. At start, every marker that nobody holds locked belongs to a run that
-died (kill -9, power loss): its file is cut back to its last complete record or gzip
-member (what was cut was never FIN'd, so nsqd sends it again), moved to the output
-directory like any finished file (or removed, if nothing in it was whole: gzip -d
-refuses an empty file), and the marker removed. A marker still locked belongs to a live
-run (another nsq_to_file on the same directory) and is left alone, as are files without
-a marker (never ours to touch: the default output directory is /tmp).
+`.nsq_to_file-open/` directory and locked (flock) for as long as the file is open; a
+clean close removes it, and the directory with the last one: no empty directory is left
+in the output dir (the work dir by default). At start, every marker that nobody holds
+locked belongs to a run that died (kill -9, power loss): its file is cut back to its
+last complete record or gzip member (what was cut was never FIN'd, so nsqd sends it
+again), moved to the output directory like any finished file (or removed, if nothing in
+it was whole: gzip -d refuses an empty file), and the marker removed. A marker still
+locked belongs to a live run (another nsq_to_file on the same directory) and is left
+alone, as are files without a marker (never ours to touch: the default output directory
+is /tmp).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import itertools
 import json
@@ -57,9 +60,14 @@ class Marker:
     @classmethod
     def create(cls, work_dir: Path, opened: OpenFile) -> Marker:
         directory = work_dir / MARKERS
-        make_directories(directory)  # synced: a power loss must not take every marker
         path = directory / f"{os.getpid()}-{next(_serial)}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o660)
+        while True:
+            make_directories(directory)  # synced: a power loss must not take every marker
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o660)
+                break
+            except FileNotFoundError:  # another run removed it, empty, meanwhile
+                continue
         fcntl.flock(fd, fcntl.LOCK_EX)
         record = {
             "stem": opened.stem,
@@ -76,6 +84,7 @@ class Marker:
         """The file is closed and where it belongs: nothing to repair any more."""
         self.path.unlink(missing_ok=True)
         os.close(self._fd)
+        _remove_if_empty(self.path.parent)
 
     def release(self) -> None:
         """Stop holding the marker but leave it: the file needs repair (a failed write)."""
@@ -100,7 +109,19 @@ def recover_crashed_files(work_dir: Path, output_dir: Path, names: FilenameForma
             marker.unlink()
         finally:
             os.close(fd)
+    _remove_if_empty(directory)
     return placed
+
+
+def _remove_if_empty(directory: Path) -> None:
+    """The markers' directory, once no file is open: not left behind, empty, in the
+    output dir. One that still holds a marker (a file open here or in another run)
+    stays. Unsynced: should a power loss bring it back, it is empty and harmless."""
+    try:
+        directory.rmdir()
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+            raise
 
 
 def _claim(marker: Path) -> tuple[int, OpenFile | None] | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -97,6 +98,14 @@ async def _touch_unsettled(consumer: Consumer, unsettled: deque[Delivery]) -> No
         await trio.sleep((consumer.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3)
         for delivery in unsettled:
             delivery.touch()
+
+
+def next_beat(beat: float, delay: float, now: float) -> float:
+    """The first beat after `beat`, `delay` apart, that is not past `now`."""
+    beat += delay
+    if beat < now:
+        beat += math.ceil((now - beat) / delay) * delay
+    return beat
 
 
 def tick_delay(tick_interval: float | None, msg_timeout: float | None) -> float:
@@ -258,9 +267,17 @@ class _ConsumingRun:
     async def _tick_every(self, sink: Sink, consumer: Consumer) -> None:
         """Every sink.tick_interval, and at least twice per msg_timeout: a sink that holds
         messages until its tick (a file, until its sync) settles them before nsqd takes
-        them back and sends them again (a duplicate for each)."""
+        them back and sends them again (a duplicate for each).
+
+        On a fixed beat, as Go's time.Ticker: a sleep after each tick would drift by the
+        tick's own time, and nsq_to_file, whose --rotate-interval is measured from the
+        tick that opened the file, would rotate a tick sooner than Go's (an empty file
+        more per idle interval). The beats a slow tick overran are skipped."""
+        beat = trio.current_time()
         while True:
-            await trio.sleep(tick_delay(sink.tick_interval, consumer.msg_timeout))
+            delay = tick_delay(sink.tick_interval, consumer.msg_timeout)
+            beat = next_beat(beat, delay, trio.current_time())
+            await trio.sleep_until(beat)
             await self._flush(sink, sink.tick)
 
     async def _flush(self, sink: Sink, flush: Callable[[], Awaitable[None]] | None = None) -> None:
