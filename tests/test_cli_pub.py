@@ -191,3 +191,95 @@ def test_progress_line_on_a_terminal(nsqd: Nsqd) -> None:
     assert process.wait(timeout=15) == 0
     os.close(controller)
     assert b"0 failed" in shown
+
+
+def read_terminal(controller: int) -> bytes:
+    """What was written to the terminal, until every process holding it has ended."""
+    import os
+
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # EIO: nobody holds the terminal any more
+            return shown
+        if not chunk:
+            return shown
+        shown += chunk
+
+
+def test_the_progress_line_ends_with_the_final_count(nsqd: Nsqd) -> None:
+    """It was erased at the end (main printed nothing that stayed)."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=progress"],
+        stdin=subprocess.PIPE,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    process.communicate(b"one\ntwo\nsix\n", timeout=30)
+    shown = read_terminal(controller)
+    os.close(controller)
+    assert process.returncode == 0
+    assert shown.endswith(b"\r\x1b[K3 published, 0 failed\r\n"), shown
+
+
+def test_no_progress_line_when_the_records_are_typed_at_the_terminal(nsqd: Nsqd) -> None:
+    """It mixed with what was typed (main drew it)."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    argv = [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=typed"]
+    process = subprocess.Popen(argv, stdin=terminal, stderr=terminal)
+    os.close(terminal)
+    os.write(controller, b"one\ntwo\n\x04")  # typed, then Ctrl-D
+    shown = read_terminal(controller)
+    os.close(controller)
+    assert process.wait(timeout=30) == 0
+    assert b"published" not in shown and b"\x1b[K" not in shown, shown
+    wait_until(lambda: nsqd.topic_depth("typed") == 2, 10, "both records published")
+
+
+def test_a_log_line_starts_on_a_line_of_its_own_under_the_progress_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import logging
+
+    from nsqtools.commands.front import configure_logging
+    from nsqtools.commands.to_nsq import _ProgressLine
+
+    logger = logging.getLogger("nsqtools")
+    before = (logger.handlers[:], logger.level, logger.propagate)
+    configure_logging("info", "[to_nsq] ")
+    try:
+        progress = _ProgressLine()
+        for handler in logger.handlers:
+            handler.addFilter(progress.before_log)
+        progress.show(5, 10.0, 0)
+        logging.getLogger("nsqtools.producer").warning("an nsqd went away")
+        progress.show(6, 10.0, 0)
+        progress.end(7, 0)
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = before
+    drawn, log_line, redrawn, final = capsys.readouterr().err.split("\r\x1b[K")[1:]
+    assert drawn == "5 published, 10/s, 0 failed"  # erased before the log line
+    assert log_line.startswith("[to_nsq] ") and log_line.endswith("WARNING: an nsqd went away\n")
+    assert redrawn == "6 published, 10/s, 0 failed"
+    assert final == "7 published, 0 failed\n"
+
+
+def test_every_failure_reason_is_named() -> None:
+    """Main named the commonest, then "(and 1 other reasons)"."""
+    from collections import Counter
+
+    from nsqtools.runtime.publishing import unpublished
+
+    reasons = Counter({"nsqd 127.0.0.1:4150 refused it: E_BAD_MESSAGE": 1, "timed out": 2})
+    assert unpublished(3, 5, reasons) == (
+        "3 of 5 records were not published to every nsqd: "
+        "timed out (2); nsqd 127.0.0.1:4150 refused it: E_BAD_MESSAGE (1)"
+    )

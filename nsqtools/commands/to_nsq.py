@@ -4,7 +4,8 @@ Drop-in for Go's to_nsq: same flags; records split on a one-byte --delimiter, em
 ones skipped, each published to EVERY --nsqd-tcp-address (fan-out). Beyond it:
 pipelined MPUB batches instead of one round trip per record; a last record without a
 delimiter is kept whole; --defer (DPUB); input files as arguments; a progress line on
-a terminal. Nothing read is silently dropped: while an nsqd restarts, reading stops and
+a terminal (stderr; not when the records are typed at it), ending with the final
+count. Nothing read is silently dropped: while an nsqd restarts, reading stops and
 its records wait (up to --reconnect-timeout); exit status 1 with a count when any
 record was not acknowledged by every nsqd, and --failed-file keeps exactly those
 records, so that feeding it back completes the job. A second SIGINT/SIGTERM exits at
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from nsqtools.commands import completers
-from nsqtools.commands.consoles import status_line
+from nsqtools.commands.consoles import end_status_line, status_line
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
@@ -155,9 +156,12 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
     config = build_config(TOOL, options)
     configure_logging(options["log_level"], options["log_prefix"])
     failed_file = _open_failed_file(options["failed_file"], sources, delimiter)
-    progress = _ProgressLine() if sys.stderr.isatty() else None
+    progress = _progress_line()
     publisher = RecordPublisher(
-        _settings(topic, delimiter, options), failed_file, progress=progress, say_lost=_say_lost
+        _settings(topic, delimiter, options),
+        failed_file,
+        progress=progress,
+        say_lost=progress.say_lost if progress else _say_lost,
     )
     run_event_loop(publisher.publish, sources, addresses, config)
     problem = publisher.problem()
@@ -223,14 +227,46 @@ def _open_failed_file(
         fail(f"cannot write --failed-file {path}: {error.strerror}")
 
 
+def _progress_line() -> _ProgressLine | None:
+    """A progress line when stderr is a terminal and stdin is not: records typed at the
+    terminal would mix with it."""
+    import logging
+
+    if not sys.stderr.isatty() or sys.stdin.isatty():
+        return None
+    progress = _ProgressLine()
+    for handler in logging.getLogger("nsqtools").handlers:
+        handler.addFilter(progress.before_log)
+    return progress
+
+
 class _ProgressLine:
-    """The progress line on stderr (a terminal): published, rate, failed."""
+    """The progress line on stderr (a terminal): published, rate, failed. Erased before
+    a log line, which then starts on a line of its own (the next redraw brings it back);
+    at the end, the final count stays."""
+
+    def __init__(self) -> None:
+        self.drawn = False
 
     def show(self, published: int, per_second: float, failed: int) -> None:
         status_line(f"{published:,} published, {per_second:,.0f}/s, {failed:,} failed", clear=True)
+        self.drawn = True
 
-    def clear(self) -> None:
-        status_line("", clear=True)
+    def end(self, published: int, failed: int) -> None:
+        status_line(f"{published:,} published, {failed:,} failed", clear=True)
+        end_status_line()
+        self.drawn = False
+
+    def before_log(self, record: object) -> bool:
+        """A logging filter that lets every record through, the line erased first."""
+        if self.drawn:
+            status_line("", clear=True)
+            self.drawn = False
+        return True
+
+    def say_lost(self, problem: str) -> None:
+        self.before_log(None)
+        _say_lost(problem)
 
 
 def _say_lost(problem: str) -> None:

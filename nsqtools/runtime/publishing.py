@@ -67,7 +67,8 @@ class ProgressLine(Protocol):
 
     def show(self, published: int, per_second: float, failed: int) -> None: ...
 
-    def clear(self) -> None: ...
+    def end(self, published: int, failed: int) -> None:
+        """The final count, left in place."""
 
 
 class FailedFile:
@@ -289,19 +290,15 @@ def _trace_id(text: str) -> int:
 
 
 def unpublished(failed: int, total: int, reasons: Counter[str], what: str = "records") -> str:
-    """'N of M records were not published to every nsqd' and the commonest reason (to_nsq's
-    error line, and nsq archive replay's)."""
-    reason, count = reasons.most_common(1)[0]
-    more = f" (and {len(reasons) - 1} other reasons)" if len(reasons) > 1 else ""
-    return (
-        f"{failed:,} of {total:,} {what} were not published to every nsqd: "
-        f"{reason} ({count:,}){more}"
-    )
+    """'N of M records were not published to every nsqd' and every reason with its count,
+    the commonest first (to_nsq's error line, and nsq archive replay's)."""
+    named = "; ".join(f"{reason} ({count:,})" for reason, count in reasons.most_common())
+    return f"{failed:,} of {total:,} {what} were not published to every nsqd: {named}"
 
 
 async def _show_progress(producer: Producer, line: ProgressLine) -> None:
-    """The progress line, redrawn every PROGRESS_INTERVAL: published, rate, failed;
-    cleared at the end."""
+    """The progress line, redrawn every PROGRESS_INTERVAL: published, rate, failed; the
+    final count at the end."""
 
     def show(per_second: float) -> None:
         line.show(producer.acknowledged, per_second, producer.failed)
@@ -309,4 +306,4 @@ async def _show_progress(producer: Producer, line: ProgressLine) -> None:
     try:
         await measure_rate(lambda: producer.acknowledged, PROGRESS_INTERVAL, show)
     finally:
-        line.clear()
+        line.end(producer.acknowledged, producer.failed)
