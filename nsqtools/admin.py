@@ -30,7 +30,7 @@ from enum import Enum
 import httpx
 
 from nsqtools import discovery
-from nsqtools.cluster import Cluster, find_nsqds
+from nsqtools.cluster import Cluster, find_nsqds, poll_stats
 from nsqtools.errors import NsqError
 from nsqtools.httpapi import Call, HttpApiError, lookupd, nsqd
 from nsqtools.httpapi.lookupd import NsqdNode
@@ -55,10 +55,6 @@ class Verb(Enum):
         return self in (Verb.DELETE, Verb.EMPTY, Verb.TOMBSTONE)
 
 
-# The verbs that concern only the nsqds holding the topic.
-_NSQD_ONLY = (Verb.EMPTY, Verb.PAUSE, Verb.UNPAUSE)
-
-
 class AdminError(NsqError):
     """An action that cannot be planned: nothing to act on, or a node that is unknown."""
 
@@ -79,11 +75,23 @@ class AdminAction:
 
 
 @dataclass(frozen=True)
+class Holding:
+    """What one nsqd holds of the topic (or the channel) an action is on: what a delete
+    or an empty loses there."""
+
+    address: str
+    depth: int  # messages queued in the topic itself (or in the channel)
+    channels: tuple[tuple[str, int], ...] = ()  # a topic's channels and their depths
+
+
+@dataclass(frozen=True)
 class Plan:
     action: AdminAction
     steps: tuple[Step, ...]
-    # Lookupds that could not say which nsqds have the topic: the plan may miss some.
+    # Lookupds (or nsqds) that could not say what they have: the plan may miss some.
     failures: tuple[HttpApiError, ...] = ()
+    # The nsqds that hold what the action is on (those asked but not here could not say).
+    holdings: tuple[Holding, ...] = ()
 
 
 class Result(Enum):
@@ -185,24 +193,61 @@ def _nsqd_call(verb: Verb, address: str, topic: str, channel: str) -> Call[None]
 
 async def prepare(client: httpx.AsyncClient, cluster: Cluster, action: AdminAction) -> Plan:
     """The plan of the action on this cluster: its nsqds found (given, or the topic's
-    producers through the lookupds); AdminError when there is nothing to act on."""
+    producers through the lookupds) and what each holds; AdminError when there is
+    nothing to act on (but a create): no nsqd has the topic, or the channel."""
     lookupds = cluster.lookupd_http_addresses
     if action.verb is Verb.TOMBSTONE:
         producer, failures = await _find_producer(client, cluster, action)
-        return Plan(action, plan_steps(action, [], lookupds, producer), tuple(failures))
-    if action.verb is Verb.CREATE and not action.channel:
-        nsqds, failures = list(dict.fromkeys(cluster.nsqd_http_addresses)), []
-    else:
-        found, failures = await find_nsqds(client, cluster, action.topic)
-        nsqds = sorted(found)
-    if not nsqds and (action.verb in _NSQD_ONLY or not lookupds):
+        holdings, _ = await _holdings(client, action, [producer.http_address])
+        steps = plan_steps(action, [], lookupds, producer)
+        return Plan(action, steps, tuple(failures), tuple(holdings))
+    if action.verb is Verb.CREATE:
+        if action.channel:
+            found, failures = await find_nsqds(client, cluster, action.topic)
+            nsqds = sorted(found)
+        else:
+            nsqds, failures = list(dict.fromkeys(cluster.nsqd_http_addresses)), []
+        if not nsqds and not lookupds:
+            raise AdminError(_nothing_to_act_on(action, failures))
+        return Plan(action, plan_steps(action, nsqds, lookupds), tuple(failures))
+    found, failures = await find_nsqds(client, cluster, action.topic)
+    holdings, unanswered = await _holdings(client, action, sorted(found))
+    if not holdings and not unanswered:
         raise AdminError(_nothing_to_act_on(action, failures))
-    return Plan(action, plan_steps(action, nsqds, lookupds), tuple(failures))
+    # One that could not say what it holds is asked all the same: it may hold it.
+    nsqds = sorted([holding.address for holding in holdings] + [e.address for e in unanswered])
+    return Plan(action, plan_steps(action, nsqds, lookupds), tuple(failures), tuple(holdings))
+
+
+async def _holdings(
+    client: httpx.AsyncClient, action: AdminAction, nsqds: Sequence[str]
+) -> tuple[list[Holding], list[HttpApiError]]:
+    """What each nsqd holds of the action's topic or channel (those holding none left
+    out), and the nsqds that could not say."""
+    polled = await poll_stats(client, nsqds, action.topic, action.channel)
+    holdings = []
+    for node in polled:
+        topics = [] if node.stats is None else node.stats.topics
+        mine = [topic for topic in topics if topic.topic_name == action.topic]
+        if action.channel:
+            channels = [c for t in mine for c in t.channels if c.channel_name == action.channel]
+            if channels:
+                holdings.append(Holding(node.address, sum(c.depth for c in channels)))
+        elif mine:
+            depths: dict[str, int] = {}
+            for channel in (channel for topic in mine for channel in topic.channels):
+                depths[channel.channel_name] = depths.get(channel.channel_name, 0) + channel.depth
+            depth = sum(topic.depth for topic in mine)
+            holdings.append(Holding(node.address, depth, tuple(sorted(depths.items()))))
+    return holdings, [node.error for node in polled if node.error is not None]
 
 
 def _nothing_to_act_on(action: AdminAction, failures: Sequence[HttpApiError]) -> str:
     reason = f"; {failures[0]}" if failures else ""
-    return f"cannot {action}: no nsqd has topic {action.topic}{reason}"
+    what = f"topic {action.topic}"
+    if action.channel and action.verb is not Verb.CREATE:
+        what = f"channel {action.channel} of topic {action.topic}"
+    return f"cannot {action}: no nsqd has {what}{reason}"
 
 
 async def _find_producer(

@@ -294,6 +294,7 @@ class ChannelsView:
     topic: str
     channels: tuple[ChannelRow, ...]
     failures: tuple[HttpApiError, ...] = ()
+    held: bool = True  # a lookupd or an nsqd knows the topic
 
     def measured(self, before: ChannelsView, elapsed: float) -> ChannelsView:
         return replace(self, channels=tuple(with_rates(before.channels, self.channels, elapsed)))
@@ -403,6 +404,7 @@ async def gather_channels(client: httpx.AsyncClient, cluster: Cluster, topic: st
         topic=topic,
         channels=tuple(summarize_channels(topic, polled, known)),
         failures=(*lookupd_failures, *find_failures, *_failures(polled)),
+        held=bool(known or _topics_held(polled, topic)),
     )
 
 

@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.testing import Nsqd, our_tool
 from nsqtools.testing.cluster import ask
@@ -130,10 +132,13 @@ def test_on_a_terminal_a_destructive_action_shows_its_plan_and_asks(cluster2: Cl
     assert channels_of(first) == list(CHANNELS)
     accepted = on_a_terminal(["delete", TOPIC, "live", lookupd_flag(cluster2)], answer="y")
     assert accepted.returncode == 0, accepted.stderr
-    nsqds = ", ".join(sorted([first.http_address, second.http_address]))
-    assert accepted.stderr == (
-        f"POST /channel/delete to nsqlookupd {cluster2.lookupd.http_address}\n"
-        f"POST /channel/delete to nsqd {nsqds}\n"
+    depths = {first.http_address: 3, second.http_address: 2}  # the nsqds' depths of live
+    losses = "".join(
+        f"delete on nsqd {address} loses {depths[address]} messages queued in channel live\n"
+        for address in sorted(depths)
+    )
+    assert accepted.stderr == (  # what is lost, not the HTTP requests (main listed them)
+        f"{losses}and it is removed from nsqlookupd {cluster2.lookupd.http_address}\n"
         "Delete channel live of topic events? [y/N]: "
     )
     assert accepted.stdout.startswith("result ")
@@ -228,8 +233,9 @@ def test_a_node_without_the_channel_has_nothing_to_do(cluster2: Cluster) -> None
     assert result.returncode == 0, result.stderr
     rows = {row[2]: row for row in result_rows(result.stdout)}
     assert rows[first.http_address][0] == "ok"
-    assert rows[second.http_address][0] == "absent"
-    assert rows[second.http_address][4] == "HTTP 404 CHANNEL_NOT_FOUND"
+    # It is not asked: the plan has the nsqds that hold the channel (main asked it, and
+    # showed its 404 as "absent").
+    assert second.http_address not in rows
     assert first.channel_stats(TOPIC, "solo").paused
 
 
@@ -243,8 +249,41 @@ def test_nothing_to_act_on_is_an_error(cluster2: Cluster) -> None:
     nowhere = nsq("delete", TOPIC, "nosuch", "--yes", lookupd_flag(cluster2))
     assert nowhere.returncode == 1
     assert nowhere.stderr == (
-        "nsq: error: delete channel nosuch of topic events: no node has channel nosuch\n"
+        "nsq: error: cannot delete channel nosuch of topic events: "
+        "no nsqd has channel nosuch of topic events\n"
     )
+
+
+@pytest.mark.parametrize("verb", ["delete", "empty", "pause", "unpause"])
+def test_a_missing_topic_is_said_and_nothing_is_done(cluster2: Cluster, verb: str) -> None:
+    """`nsq delete nosuch --yes` printed ok on main (the lookupds said ok)."""
+    populate(cluster2)
+    yes = ["--yes"] if verb in ("delete", "empty") else []
+    result = nsq(verb, "nosuch", *yes, lookupd_flag(cluster2))
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert result.stderr == f"nsq: error: cannot {verb} topic nosuch: no nsqd has topic nosuch\n"
+
+
+def test_dry_run_says_what_would_be_done_and_lost_and_changes_nothing(cluster2: Cluster) -> None:
+    first, second = populate(cluster2)
+    lookupd = cluster2.lookupd.http_address
+    for args in (["delete", TOPIC, "live"], ["empty", TOPIC, "live"], ["pause", TOPIC]):
+        result = nsq(*args, "--dry-run", lookupd_flag(cluster2))
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        requests = [line for line in lines if line.startswith("would send POST /")]
+        assert requests and lines[-len(requests) :] == requests, lines  # after the losses
+        if args[0] != "pause":
+            loss = f"{args[0]} on nsqd {first.http_address} loses 3 messages queued"
+            assert f"{loss} in channel live" in lines
+    tombstone = nsq("tombstone", TOPIC, first.http_address, "--dry-run", lookupd_flag(cluster2))
+    assert tombstone.returncode == 0, tombstone.stderr
+    assert f"tombstone on nsqd {first.http_address} loses" in tombstone.stdout
+    create = nsq("create", "fresh", "--dry-run", lookupd_flag(cluster2))
+    assert create.stdout == f"would send POST /topic/create to nsqlookupd {lookupd}\n"
+    assert channels_of(first) == channels_of(second) == list(CHANNELS)
+    assert first.channel_stats(TOPIC, "live").depth == 3
+    assert not first.channel_stats(TOPIC, "live").paused
 
 
 # -- a node down -----------------------------------------------------------------------

@@ -300,6 +300,14 @@ def test_an_unknown_topic_is_an_error(cluster2: Cluster) -> None:
     assert (result.returncode, result.stderr) == (1, "nsq: error: no nsqd has topic nosuch\n")
 
 
+def test_the_channels_of_an_unknown_topic_are_an_error(cluster2: Cluster) -> None:
+    """Main printed an empty table and exited 0."""
+    populate(cluster2)
+    result = nsq("channels", "nosuch", lookupd_flag(cluster2))
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == "nsq: error: no nsqd has topic nosuch\n"
+
+
 def test_an_invalid_name_is_an_error(cluster2: Cluster) -> None:
     result = nsq("channel", TOPIC, "bad name", lookupd_flag(cluster2))
     assert result.returncode == 1

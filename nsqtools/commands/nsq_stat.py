@@ -4,7 +4,7 @@ polled across the cluster every interval.
 Drop-in for Go's nsq_stat: same flags, checks and, piped or with --format plain, the
 same output byte for byte (nsqtools.stats.text). Beyond it: without --channel, the
 topic and every channel; a missing topic or channel is polled again, not fatal (with
---count, for as long as the run would take: stats.polling.RowCount); an
+--count, until it has been missing from as many polls as the run takes: exit 1); an
 nsqd that fails is said on stderr and polled again; rates over the measured interval;
 --format json (one object per poll); on a terminal, a live table (statview.py)
 with each nsqd's rows, the rates' history, paused state and e2e latency.

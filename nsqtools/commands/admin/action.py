@@ -44,14 +44,27 @@ def yes_option(function: F) -> F:
     )(function)
 
 
+def dry_run_option(function: F) -> F:
+    return click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Say what would be done (and lost) and change nothing.",
+    )(function)
+
+
 def run_action(action: AdminAction, options: dict[str, Any]) -> None:
-    """Plan the action, have it confirmed when it loses messages, send it, show how
-    every node answered; exit 1 when any failed."""
+    """Plan the action (a missing topic or channel ends it: exit 1), have it confirmed
+    when it loses messages, send it, show how every node answered; exit 1 when any
+    failed. --dry-run: only say what it would do and lose."""
     from nsqtools.admin import execute, prepare, succeeded
 
     check_names(action.topic, action.channel)
     cluster = cluster_from(options)
     plan = with_client(options, lambda client: prepare(client, cluster, action))
+    if options["dry_run"]:
+        for line in [*loss_lines(plan), *request_lines(plan)]:
+            click.echo(line)
+        return
     if action.verb.destructive and not options["yes"]:
         confirm(plan)
     outcomes = with_client(
@@ -69,16 +82,44 @@ def confirm(plan: Plan) -> None:
     """Show what the plan will do and ask; without a terminal to ask on, refuse."""
     if not sys.stdin.isatty():
         fail(f"{plan.action} loses messages: confirm with --yes (stdin is not a terminal)")
-    for line in plan_lines(plan):
+    for line in loss_lines(plan):
         click.echo(line, err=True)
     question = str(plan.action)
     if not click.confirm(question[:1].upper() + question[1:] + "?", default=False, err=True):
         fail("cancelled: nothing was changed")
 
 
-def plan_lines(plan: Plan) -> list[str]:
-    """What the plan sends where, a line per request and kind of server, step by step."""
+def loss_lines(plan: Plan) -> list[str]:
+    """What the action loses (a delete, an empty, a tombstone): per nsqd, the messages
+    queued in the topic and in each channel (or in the channel); then the lookupds a
+    delete removes it from, and the servers that could not be asked."""
+    from nsqtools.admin import Verb
+
+    action = plan.action
     lines = [f"{failure}: some nsqds may be missed" for failure in plan.failures]
+    if not action.verb.destructive:
+        return lines
+    for holding in plan.holdings:
+        if action.channel:
+            queued = f"{holding.depth:,} messages queued in channel {action.channel}"
+        else:
+            channels = ", ".join(f"{name} ({depth:,})" for name, depth in holding.channels)
+            queued = f"{holding.depth:,} messages queued in topic {action.topic}; " + (
+                f"channels {channels}" if channels else "no channels"
+            )
+        lines.append(f"{action.verb.value} on nsqd {holding.address} loses {queued}")
+    asked = {call.address for step in plan.steps for call in step if call.server == "nsqd"}
+    for address in sorted(asked - {holding.address for holding in plan.holdings}):
+        lines.append(f"{action.verb.value} on nsqd {address}: what it holds is unknown")
+    lookupds = {call.address for step in plan.steps for call in step if call.server != "nsqd"}
+    if lookupds and action.verb is Verb.DELETE:
+        lines.append(f"and it is removed from nsqlookupd {', '.join(sorted(lookupds))}")
+    return lines
+
+
+def request_lines(plan: Plan) -> list[str]:
+    """What the plan sends where, a line per request and kind of server, step by step."""
+    lines = []
     for step in plan.steps:
         by_request: dict[tuple[str, str], list[str]] = {}
         for call in step:
@@ -86,7 +127,7 @@ def plan_lines(plan: Plan) -> list[str]:
                 call.address
             )
         for (request, server), addresses in by_request.items():
-            lines.append(f"{request} to {server} {', '.join(addresses)}")
+            lines.append(f"would send {request} to {server} {', '.join(addresses)}")
     return lines
 
 
@@ -148,7 +189,7 @@ def topic_or_channel_command(verb_name: str, summary: str, destructive: bool) ->
         run_action(AdminAction(Verb(verb_name), topic, channel or ""), options)
 
     command.__doc__ = summary
-    decorated = cluster_options(json_option(command))
+    decorated = cluster_options(json_option(dry_run_option(command)))
     if destructive:
         decorated = yes_option(decorated)
     decorated = click.argument("channel", required=False)(decorated)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from nsqtools.commands import completers
-from nsqtools.commands.admin.action import run_action, yes_option
+from nsqtools.commands.admin.action import dry_run_option, run_action, yes_option
 from nsqtools.commands.cluster_cli import cluster_options, json_option
 from nsqtools.commands.front import CONTEXT_SETTINGS
 
@@ -16,6 +16,7 @@ from nsqtools.commands.front import CONTEXT_SETTINGS
 @click.argument("topic", shell_complete=completers.topics)
 @click.argument("nsqd_address", metavar="NSQD_HTTP_ADDRESS")
 @yes_option
+@dry_run_option
 @json_option
 @cluster_options
 def command(topic: str, nsqd_address: str, **options: Any) -> None:

@@ -18,6 +18,7 @@ from nsqtools.commands.cluster_cli import (
 from nsqtools.commands.front import CONTEXT_SETTINGS
 from nsqtools.commands.inspect.shared import (
     channels_table,
+    fail_not_found,
     failures_json,
     gather_view,
     interval_option,
@@ -44,6 +45,8 @@ def command(topic: str, **options: Any) -> None:
 
     check_names(topic)
     view = gather_view(options, lambda client, cluster: gather_channels(client, cluster, topic))
+    if not view.held:
+        fail_not_found(f"no nsqd has topic {topic}", view.failures)
     if options["as_json"]:
         print_json(channels_json(view))
     else:
