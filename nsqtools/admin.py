@@ -213,6 +213,9 @@ async def prepare(client: httpx.AsyncClient, cluster: Cluster, action: AdminActi
     found, failures = await find_nsqds(client, cluster, action.topic)
     holdings, unanswered = await _holdings(client, action, sorted(found))
     if not holdings and not unanswered:
+        if action.verb is Verb.DELETE and await _registered(client, lookupds, action):
+            # Left on the lookupds by an nsqd gone for good: the delete clears them.
+            return Plan(action, plan_steps(action, [], lookupds), tuple(failures))
         raise AdminError(_nothing_to_act_on(action, failures))
     # One that could not say what it holds is asked all the same: it may hold it.
     nsqds = sorted([holding.address for holding in holdings] + [e.address for e in unanswered])
@@ -240,6 +243,23 @@ async def _holdings(
             depth = sum(topic.depth for topic in mine)
             holdings.append(Holding(node.address, depth, tuple(sorted(depths.items()))))
     return holdings, [node.error for node in polled if node.error is not None]
+
+
+async def _registered(
+    client: httpx.AsyncClient, lookupds: Sequence[str], action: AdminAction
+) -> bool:
+    """Whether a lookupd still registers the action's topic (or channel)."""
+    for address in lookupds:
+        try:
+            if action.channel:
+                known = action.channel in await discovery.channels(client, address, action.topic)
+            else:
+                known = action.topic in await discovery.topics(client, address)
+        except HttpApiError:
+            continue  # this lookupd cannot say; another may
+        if known:
+            return True
+    return False
 
 
 def _nothing_to_act_on(action: AdminAction, failures: Sequence[HttpApiError]) -> str:

@@ -264,6 +264,17 @@ def test_a_missing_topic_is_said_and_nothing_is_done(cluster2: Cluster, verb: st
     assert result.stderr == f"nsq: error: cannot {verb} topic nosuch: no nsqd has topic nosuch\n"
 
 
+def test_a_topic_only_the_lookupds_still_register_is_deleted_from_them(
+    cluster: Cluster,
+) -> None:
+    """Its nsqd gone for good, the lookupds keep the topic: that is what delete clears."""
+    ask(lookupd_api.create_topic(cluster.lookupd.http_address, "stale"))
+    assert "stale" in lookupd_topics(cluster)
+    result = nsq("delete", "stale", "--yes", lookupd_flag(cluster))
+    assert result.returncode == 0, result.stderr
+    assert "stale" not in lookupd_topics(cluster)
+
+
 def test_dry_run_says_what_would_be_done_and_lost_and_changes_nothing(cluster2: Cluster) -> None:
     first, second = populate(cluster2)
     lookupd = cluster2.lookupd.http_address
