@@ -31,6 +31,7 @@ from nsqtools.commands.front import (
 from nsqtools.commands.options import (
     GoInt,
     connection_options,
+    consumed_topics,
     consumer_addresses,
     dead_letter_options,
     fork_consumer_options,
@@ -116,13 +117,7 @@ def _check_format(output_format: str) -> None:
 
 
 @click.command("tail", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--topic",
-    "topics",
-    multiple=True,
-    shell_complete=completers.topics,
-    help="NSQ topic (may be given multiple times).",
-)
+@consumed_topics
 @click.option("--channel", help="NSQ channel  [default: tail<6 random digits>#ephemeral]")
 @click.option(
     "-n",

@@ -33,6 +33,7 @@ from nsqtools.commands.options import (
     DURATION,
     GoInt,
     connection_options,
+    consumed_topics,
     consumer_addresses,
     dead_letter_options,
     http_client_timeouts,
@@ -53,13 +54,7 @@ TOOL = "nsq_to_file"
 
 @click.command("to-file", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
 @click.argument("arguments", nargs=-1, required=False, metavar="")  # Go: an error
-@click.option(
-    "--topic",
-    "topics",
-    multiple=True,
-    shell_complete=completers.topics,
-    help="NSQ topic (may be given multiple times).",
-)
+@consumed_topics
 @click.option("--topic-pattern", metavar="REGEXP", help="Only log topics matching this pattern.")
 @click.option(
     "--topic-refresh",

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import completers
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     GoFlagsCommand,
@@ -28,6 +27,7 @@ from nsqtools.commands.options import (
     check_addresses,
     check_relay_options,
     connection_options,
+    consumed_topics,
     consumer_addresses,
     dead_letter_options,
     dead_letter_settings,
@@ -62,13 +62,7 @@ class RelaySettings:
 
 
 @click.command("to-nsq", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--topic",
-    "topics",
-    multiple=True,
-    shell_complete=completers.topics,
-    help="NSQ topic (may be given multiple times).",
-)
+@consumed_topics
 @click.option("--channel", default="nsq_to_nsq", show_default=True, help="NSQ channel.")
 @click.option(
     "--destination-nsqd-tcp-address",

@@ -76,6 +76,17 @@ class GoInt(click.IntRange):
         return "" if self.min is None and self.max is None else super()._describe_range()
 
 
+def consumed_topics(function: F) -> F:
+    """--topic, any number of times: what the consuming tools read."""
+    return click.option(
+        "--topic",
+        "topics",
+        multiple=True,
+        shell_complete=completers.topics,
+        help="NSQ topic (may be given multiple times).",
+    )(function)
+
+
 def negative_as_zero(ctx: click.Context, param: click.Parameter, value: int) -> int:
     """A click callback for the Go integers whose negative values mean what 0 means
     (`if n > 0`): to_nsq's --rate, nsq_to_file's --rotate-size, the relays' --status-every."""
