@@ -213,7 +213,7 @@ def started(
             stdin=read_end if read_end is not None else subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
-            preexec_fn=sigint_ignored if ignore_sigint else None,
+            preexec_fn=sigint_ignored if ignore_sigint else sigint_default,
         )
     if read_end is not None:
         os.close(read_end)
@@ -232,6 +232,13 @@ def started(
 
 def sigint_ignored() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def sigint_default() -> None:
+    """SIGINT as a terminal's program gets it, whatever pytest inherited: a shell's
+    `cmd &` without job control (a CI script's) starts it with SIGINT ignored, and a
+    SIGINT sent before the tool takes the signals would then be ignored, rightly."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def signal_mask(pid: int, field: str) -> int:

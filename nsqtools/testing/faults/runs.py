@@ -58,6 +58,20 @@ class Run:
         return f"run {self.number}: {sent} → exit {self.exit_code}{overdue}; {last[0][:160]}"
 
 
+def _child_setup(die_with_parent: Callable[[], None] | None) -> Callable[[], None]:
+    """The run gets SIGINT as a program started from a terminal does, whatever the
+    harness inherited (a CI script's `cmd &` starts it with SIGINT ignored: a SIGINT
+    before the tool takes the signals would be ignored, and the run overdue); and dies
+    with the thread that started it."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if die_with_parent is not None:
+            die_with_parent()
+
+    return setup
+
+
 def catches_sigterm(pid: int) -> bool:
     """Whether the process has a handler for SIGTERM (its SigCgt mask in /proc), which
     every tool of ours installs with SIGINT's in its first line, and Python does not."""
@@ -109,7 +123,7 @@ class ToolRuns:
                 cwd=self.directory,
                 env=self.env,
                 process_group=0,
-                preexec_fn=die_with_parent(),
+                preexec_fn=_child_setup(die_with_parent()),
             )
         run = Run(number, process, time.monotonic(), stdout, stderr)
         self.runs.append(run)
