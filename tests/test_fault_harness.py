@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from nsqtools.testing import wait_until
 from nsqtools.testing.binaries import PACKAGE_ROOT
 from nsqtools.testing.faults import FaultKind, Harness, Schedule, TailTarget
-from nsqtools.testing.faults.harness import CHANNEL, TOPIC
+from nsqtools.testing.faults.harness import CHANNEL, TOPIC, Target
 from nsqtools.testing.faults.runs import Run, ToolRuns
+from nsqtools.testing.faults.schedule import Fault
 from nsqtools.testing.faults.tally import Tally
 from nsqtools.testing.faults.tap import MAGIC, Ledger, _Connection
 
@@ -212,3 +213,25 @@ def test_a_run_already_stopping_gets_no_second_stop(tmp_path: Path) -> None:
     ended = runs.wait()
     assert ended is not None
     assert (ended.sent, ended.exit_code) == (["SIGTERM"], 0)
+
+
+class _EndsByItself(Target):
+    name = "ends by itself"
+    kinds = ()
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        return [sys.executable, "-c", "import time; time.sleep(0.2)"]
+
+
+def test_the_last_run_gets_no_early_stop_left_from_the_schedule(tmp_path: Path) -> None:
+    """An early stop signal is for the next start; when the run before it was slow to stop
+    until the schedule ended, that start is the last run's, which is to end by itself
+    (a CI run once SIGTERMed to_nsq's last run at 28 ms, and nothing was published)."""
+    harness = Harness(_EndsByItself(), Schedule(0, 1.0, ()), tmp_path)
+    harness.early_stop = Fault(
+        FaultKind.TOOL_STOP, 0.5, 0.5, "SIGTERM", doubled=True, early=True, early_delay=0.0
+    )
+    harness.last_run()
+    ended = harness.runs.wait()
+    assert ended is not None
+    assert (ended.sent, ended.exit_code) == ([], 0)

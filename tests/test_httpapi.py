@@ -19,7 +19,7 @@ from nsqtools.httpapi import nsqd as nsqd_api
 from nsqtools.httpapi.blocking import BlockingClient
 from nsqtools.httpapi.nsqd import E2eLatency, NsqdStats
 from nsqtools.protocol import MessageBatch, commands
-from nsqtools.testing import Nsqd, Nsqlookupd
+from nsqtools.testing import Nsqd, Nsqlookupd, wait_until
 from nsqtools.testing.httpserver import Reply
 from nsqtools.testing.junklookupd import JunkLookupd
 from nsqtools.transport import Conn, open_connection
@@ -293,8 +293,14 @@ def test_the_blocking_client_reads_the_same(blocking: BlockingClient, nsqd: Nsqd
     blocking.send(nsqd_api.create_topic(nsqd.http_address, TOPIC))
     blocking.send(nsqd_api.create_channel(nsqd.http_address, TOPIC, CHANNEL))
     blocking.send(nsqd_api.pub(nsqd.http_address, TOPIC, b"one"))
-    stats = blocking.send(nsqd_api.stats(nsqd.http_address, topic=TOPIC))
-    assert stats.topic(TOPIC).channel(CHANNEL).depth == 1
+
+    def channel_depth() -> int:
+        stats = blocking.send(nsqd_api.stats(nsqd.http_address, topic=TOPIC))
+        return stats.topic(TOPIC).channel(CHANNEL).depth
+
+    # The topic hands a message to its channels in a goroutine of its own, after /pub
+    # has answered: the channel's depth is 1 soon after, not at once.
+    wait_until(lambda: channel_depth() == 1, 10, "the message in the channel")
     with pytest.raises(HttpApiError) as caught:
         blocking.send(nsqd_api.delete_topic(nsqd.http_address, "missing"))
     assert str(caught.value) == (

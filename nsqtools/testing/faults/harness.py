@@ -260,9 +260,12 @@ class Harness:
         self.finish_seconds = time.monotonic() - began
 
     def last_run(self) -> None:
-        """Start the tool once more, now, and never again: it is to end by itself."""
+        """Start the tool once more, now, and never again: it is to end by itself (an
+        early stop signal whose start never came, the run before it slow to stop, is
+        dropped: the faults are over)."""
         self.restarting = False
         self.restart_at = None
+        self.early_stop = None
         self._start_run()
 
     def stop_tool(self) -> Run | None:
