@@ -37,11 +37,15 @@ _RICH_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def on_terminal(
-    argv: list[str], columns: int, env: dict[str, str] | None = None, status: int = 0
+    argv: list[str],
+    columns: int,
+    env: dict[str, str] | None = None,
+    status: int = 0,
+    streams: tuple[str, ...] = ("stdout",),
 ) -> str:
-    """Run argv with stdout on a pseudo-terminal `columns` wide (stderr piped), colours
-    on unless env says NO_COLOR: what it printed there, with \\r\\n as \\n. It must
-    exit with `status`."""
+    """Run argv with `streams` ("stdout", "stderr") on a pseudo-terminal `columns` wide
+    (the other piped), colours on unless env says NO_COLOR: what it printed there, with
+    \\r\\n as \\n. It must exit with `status`."""
     import pty
 
     controller, terminal = pty.openpty()
@@ -49,7 +53,10 @@ def on_terminal(
     inherited = {key: value for key, value in os.environ.items() if key != "NO_COLOR"}
     environment = {**inherited, **(env or {}), "COLUMNS": str(columns), "LINES": "50"}
     with subprocess.Popen(
-        argv, stdout=terminal, stderr=subprocess.PIPE, env=environment
+        argv,
+        stdout=terminal if "stdout" in streams else subprocess.PIPE,
+        stderr=terminal if "stderr" in streams else subprocess.PIPE,
+        env=environment,
     ) as process:
         os.close(terminal)
         output = b""
@@ -160,6 +167,23 @@ def test_an_error_text_is_shown_as_text_by_nsq_nodes_and_nsq_stat(nsqd: Nsqd) ->
         with strange_client(nsqd):
             output = on_terminal(stat, columns=160)
     assert_shown_as_text(output, "[bold]bad\\x1b[5m")
+
+
+def test_warnings_and_error_lines_on_a_terminal_show_an_error_text_as_text(nsqd: Nsqd) -> None:
+    message = "bad\x1b[5m\x1b]0;pwned\x07"
+    body = json.dumps({"message": message}).encode()
+    with LocalHttpServer(lambda path, query, headers: Reply(500, body)) as server:
+        broken = f"--nsqd-http-address={server.address}"
+        failed = on_terminal(nsq("topics", broken), 160, status=1, streams=("stdout", "stderr"))
+        stat = [
+            *our_tool("nsq_stat"), f"--topic={TOPIC}", f"--channel={CHANNEL}", "--count=2",
+            "--interval=100ms", f"--nsqd-http-address={nsqd.http_address}", broken,
+        ]  # fmt: skip
+        with strange_client(nsqd):
+            warned = on_terminal(stat, columns=160, streams=("stderr",))  # | tee stat.log
+    assert "nsq: error: " in failed and "WARNING: " in warned
+    for output in (failed, warned):
+        assert_shown_as_text(output, "bad\\x1b[5m\\x1b]0;pwned\\x07")
 
 
 def test_nsq_tail_shows_a_body_as_text_and_dims_only_its_prefix(nsqd: Nsqd) -> None:

@@ -358,7 +358,7 @@ def error_line(prog_name: str, message: str) -> None:
     """`<program>: error: <the message's first line>` on stderr: how every command ends
     when it fails. Written as it is (no console): it may come before anything is set up."""
     first_line = message.strip().splitlines()[0] if message.strip() else "failed"
-    sys.stderr.write(f"{prog_name}: error: {first_line}\n")
+    sys.stderr.write(f"{prog_name}: error: {as_text_on(sys.stderr, first_line)}\n")
     sys.stderr.flush()
 
 
@@ -381,12 +381,26 @@ _GO_LEVEL_NAMES = {
 }
 
 
-class _GoLogFormatter(logging.Formatter):
-    """`[nsq_tail] 2026/11/21 11:05:46.753854 INFO: message`, as NSQ's apps log."""
+def as_text_on(stream: Any, text: str) -> str:
+    """`text` as a terminal should show it if `stream` is one (control characters
+    escaped: an error or a log line may quote what the cluster said); as it is else."""
+    from nsqtools.commands.consoles import printable
 
-    def __init__(self, prefix: str) -> None:
+    try:
+        terminal = stream.isatty()
+    except ValueError:  # closed
+        terminal = False
+    return printable(text) if terminal else text
+
+
+class _GoLogFormatter(logging.Formatter):
+    """`[nsq_tail] 2026/11/21 11:05:46.753854 INFO: message`, as NSQ's apps log; on a
+    terminal with the message's control characters escaped (it may quote the cluster)."""
+
+    def __init__(self, prefix: str, stream: Any) -> None:
         super().__init__()
         self.prefix = prefix
+        self.stream = stream
 
     def format(self, record: logging.LogRecord) -> str:
         import time
@@ -394,7 +408,8 @@ class _GoLogFormatter(logging.Formatter):
         stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(record.created))
         micros = int(record.created % 1 * 1_000_000)
         level = _GO_LEVEL_NAMES.get(record.levelno, record.levelname)
-        return f"{self.prefix}{stamp}.{micros:06d} {level}: {record.getMessage()}"
+        message = as_text_on(self.stream, record.getMessage())
+        return f"{self.prefix}{stamp}.{micros:06d} {level}: {message}"
 
 
 def configure_logging(level: str, prefix: str) -> None:
@@ -404,7 +419,7 @@ def configure_logging(level: str, prefix: str) -> None:
     if python_level is None:
         fail("--log-level is invalid")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_GoLogFormatter(prefix))
+    handler.setFormatter(_GoLogFormatter(prefix, sys.stderr))
     root = logging.getLogger("nsqtools")
     root.handlers[:] = [handler]
     root.setLevel(python_level)
