@@ -218,6 +218,19 @@ def test_a_stopped_nsqd_given_by_address_is_named(cluster2: Cluster) -> None:
     assert [line.split()[0] for line in result.stdout.splitlines()] == ["topic", "events"]
 
 
+def test_with_no_node_answering_only_the_error_is_said(cluster2: Cluster) -> None:
+    """No header on stdout before the error: nothing was learnt, and `nsq topics | ...`
+    should read nothing."""
+    lookupd = lookupd_flag(cluster2)
+    cluster2.lookupd.stop()
+    result = nsq("topics", lookupd)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"nsq: error: nsqlookupd {cluster2.lookupd.http_address}: GET /topics, GET /nodes: "
+        "connection refused\n"
+    )
+
+
 # -- nsq channels ----------------------------------------------------------------------
 
 

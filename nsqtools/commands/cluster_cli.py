@@ -95,7 +95,26 @@ def with_client(options: dict[str, Any], job: Callable[[httpx.AsyncClient], Awai
 def fail_on(failures: Sequence[HttpApiError]) -> None:
     """Exit 1 naming every node that could not be asked, after what the others said."""
     if failures:
-        fail("; ".join(str(failure) for failure in failures))
+        fail(failures_said(failures))
+
+
+def failures_said(failures: Sequence[HttpApiError]) -> str:
+    """Each failure, but the requests to one node that failed alike named together
+    (`nsqlookupd 127.0.0.1:4161: GET /topics, GET /nodes: connection refused`), so that
+    a node down is said once."""
+    requests: dict[tuple[str, str, str], list[str]] = {}
+    for failure in failures:
+        request, _, why = failure.reason.partition(": ")
+        if not why:  # a reason that names no request
+            request, why = "", failure.reason
+        requests.setdefault((failure.server, failure.address, why), []).append(request)
+    said = []
+    for (server, address, why), names in requests.items():
+        named = ", ".join(name for name in names if name)
+        said.append(
+            f"{server} {address}: {named}: {why}" if named else f"{server} {address}: {why}"
+        )
+    return "; ".join(said)
 
 
 # -- output ------------------------------------------------------------------------------

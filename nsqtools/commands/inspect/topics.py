@@ -50,6 +50,8 @@ def command(**options: Any) -> None:
     from nsqtools.inspection import gather_topics, topics_plan
 
     view = gather_view_fast(options, gather_topics, topics_plan)
+    if not view.topics:
+        fail_on(view.failures)  # nothing learnt: the error alone, no empty table
     if options["as_json"]:
         print_json(topics_json(view))
     else:
