@@ -142,7 +142,10 @@ def test_a_separate_second_stop_signal_exits_at_once() -> None:
         assert next_line(process) == "unwinding"
         a_second_apart(sent)
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=WAIT)
+        # stdin stays open until it exits: at its end (communicate closes it) the unwinding
+        # would read a line and end by itself, and a busy machine may let it.
+        process.wait(timeout=WAIT)
+        out, err = process.communicate()
     assert (process.returncode, out, err) == (128 + signal.SIGTERM, "", "")
 
 
@@ -176,7 +179,8 @@ def test_a_separate_second_signal_says_what_is_lost_and_exits_at_once() -> None:
         assert next_line(process) == "stopping"
         a_second_apart(sent)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=WAIT)
+        process.wait(timeout=WAIT)  # stdin open till then, as above
+        out, err = process.communicate()
     assert (process.returncode, out, err) == (128 + signal.SIGINT, "exiting\n", "")
 
 
