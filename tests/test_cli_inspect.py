@@ -23,7 +23,7 @@ from nsqtools.commands.inspect.topic import topic_tables
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.httpapi.nsqd import ClientStats
 from nsqtools.inspection import ClientRow, gather_channel, gather_topic
-from nsqtools.testing import Nsqd, Nsqlookupd, our_tool, running, wait_until
+from nsqtools.testing import Nsqd, Nsqlookupd, imported_packages, our_tool, running, wait_until
 from nsqtools.testing.cluster import ask
 from tests.conftest import Cluster, LocalNsq
 
@@ -106,7 +106,7 @@ def gathered(job: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
 def recorded(tables: Any) -> list[str]:
     """The tables as a terminal shows them, as text lines."""
     console = Console(record=True, width=200, force_terminal=True)
-    print_tables(console, tables)
+    print_tables(tables, console)
     return console.export_text().splitlines()
 
 
@@ -157,6 +157,17 @@ def test_topics_piped_are_one_aligned_line_per_topic(cluster2: Cluster) -> None:
     ]
     # numbers right-aligned under their headers
     assert all(row[header.index("messages") + len("messages") - 1] != " " for row in rows)
+
+
+def test_topics_piped_imports_neither_rich_nor_an_async_http_client(cluster2: Cluster) -> None:
+    """rich, httpx, trio and h11 cost a piped `nsq topics` some 100 ms of its start-up
+    and give it nothing: nsqd's answers are plain, the table is lines."""
+    populate(cluster2)
+    python, *code = our_tool("nsq")
+    argv = [python, "-X", "importtime", *code, "topics", lookupd_flag(cluster2)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert "events" in result.stdout
+    assert imported_packages(result.stderr).isdisjoint({"rich", "httpx", "trio", "h11"})
 
 
 def test_topics_with_an_interval_have_rates(cluster2: Cluster) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
+from nsqtools.testing import Nsqd, find_binary, imported_packages, our_tool, running, wait_until
 from tests.conftest import Cluster
 
 OURS = our_tool("nsq_to_file")
@@ -203,12 +203,7 @@ def test_with_topics_given_it_imports_neither_httpx_nor_rich(nsqd: Nsqd, tmp_pat
     argv = [python, "-X", "importtime", *code, *common, f"--output-dir={tmp_path}", *NAMING]
     with running(argv) as tool:
         wait_until(lambda: fin_d(nsqd, TOPIC, "ours", 1), WAIT, "the message FIN'd")
-    imported = {
-        line.rsplit("|", 1)[1].strip().split(".")[0]
-        for line in tool.stderr.splitlines()
-        if line.startswith("import time:")
-    }
-    assert imported.isdisjoint({"httpx", "httpcore", "rich"})
+    assert imported_packages(tool.stderr).isdisjoint({"httpx", "httpcore", "rich"})
 
 
 def test_topics_are_found_at_once_and_as_they_appear(cluster: Cluster, tmp_path: Path) -> None:

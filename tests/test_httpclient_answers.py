@@ -279,3 +279,22 @@ def test_what_the_fast_path_takes_h11_takes_alike(answer: bytes, data: st.DataOb
     fast = fast_path_reads(changed)
     if fast is not None:
         assert fast == h11_reads([changed])
+
+
+def h11_reason(answer: bytes) -> bytes:
+    connection = h11.Connection(h11.CLIENT)
+    connection.send(h11.Request(method="GET", target="/", headers=[("Host", "-")]))
+    connection.send(h11.EndOfMessage())
+    connection.receive_data(answer)
+    event = connection.next_event()
+    assert isinstance(event, h11.Response)
+    return event.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(plain_answers())
+def test_the_reason_phrase_is_read_as_h11_reads_it(answer: bytes) -> None:
+    """The blocking client reports it (HTTP 404 Not Found)."""
+    head = simple_head(answer)
+    assert head is not None
+    assert head.reason == h11_reason(answer)

@@ -9,12 +9,14 @@ Heavy imports (rich, httpx, trio) wait until a command runs, so `nsq --help` sta
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from nsqtools.commands import consoles
 from nsqtools.commands.front import fail
 from nsqtools.commands.options import DURATION, check_addresses, nsqd_http_and_lookupd_addresses
 
@@ -154,17 +156,17 @@ class Table:
         self.rows.append((list(cells), style))
 
 
-def print_tables(console: Console, tables: Sequence[Table]) -> None:
-    """Rich tables on a terminal; else each title, header and row as one aligned line,
-    a blank line between tables."""
-    for index, table in enumerate(tables):
-        if console.is_terminal:
-            console.print(_rich_table(table, console.width))
-            continue
-        if index:
-            console.out("")
-        for line in plain_lines(table):
-            console.out(line, highlight=False)
+def print_tables(tables: Sequence[Table], console: Console | None = None) -> None:
+    """On stdout (or `console`): rich tables on a terminal; else each title, header and
+    row as one aligned line, a blank line between tables, written as they are (rich is
+    then never imported: some 50 ms of a piped `nsq topics`)."""
+    terminal = consoles.is_terminal("stdout") if console is None else console.is_terminal
+    if not terminal:
+        sys.stdout.write("\n\n".join("\n".join(plain_lines(table)) for table in tables) + "\n")
+        return
+    console = console or consoles.stdout()
+    for table in tables:
+        console.print(_rich_table(table, console.width))
 
 
 def plain_lines(table: Table) -> list[str]:

@@ -22,6 +22,7 @@ are front.py's: they come before any console could be made.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -41,6 +42,26 @@ def stdout() -> Console:
 def stderr() -> Console:
     """The console on stderr."""
     return _console("stderr")
+
+
+def is_terminal(stream: str) -> bool:
+    """Whether the console on `stream` ("stdout", "stderr") draws as on a terminal,
+    told without importing rich while that console is not made (a piped `nsq topics`
+    then never imports it), by rich's rules (a test holds them to rich's): TTY_COMPATIBLE
+    0 or 1, then FORCE_COLOR set and not empty, then whether the stream is a tty."""
+    console = _consoles.get(stream)
+    if console is not None:
+        return console.is_terminal
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    try:
+        return (sys.stderr if stream == "stderr" else sys.stdout).isatty()
+    except ValueError:  # closed
+        return False
 
 
 def use_color(color: bool) -> None:

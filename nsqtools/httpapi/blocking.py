@@ -1,12 +1,14 @@
-"""Calls sent from blocking code, on the standard library's sockets and h11: for a
-program that must start fast (nsq_stat), without trio or httpx to import.
+"""Calls sent from blocking code, on the standard library's sockets: for a program
+that must start fast (nsq_stat, nsq topics), without trio or httpx to import.
 
 One request per connection (`Connection: close`), plain HTTP only (an https:// address
-is refused in one line); h11 reads any framing nsqd uses (Content-Length, or chunked
-when an answer outgrows Go's buffer). The connect timeout bounds the connection, the
-request timeout each send and receive after it, as httpx's do. The answer is read,
-and a failure told, by nsqtools.httpapi.call as for httpx. Several calls at once run
-on daemon threads: a signal that ends the program never waits for a slow server.
+is refused in one line). A plain answer (nsqtools.httpclient.answers: one
+Content-Length) is read here; h11, imported only then, reads any other (chunked, when
+an answer outgrows Go's buffer) and judges a bad one, as the trio pool does. The
+connect timeout bounds the connection, the request timeout each send and receive after
+it, as httpx's do. The answer is read, and a failure told, by nsqtools.httpapi.call as
+for httpx. Several calls at once run on daemon threads: a signal that ends the program
+never waits for a slow server.
 
     client = BlockingClient(connect_timeout=2.0, request_timeout=5.0)
     stats = client.send(nsqd.stats("127.0.0.1:4151", topic="events"))
@@ -22,8 +24,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import SplitResult, urlencode, urlsplit
 
-import h11
-
 from nsqtools.httpapi.call import (
     ACCEPT_V1,
     Call,
@@ -34,15 +34,17 @@ from nsqtools.httpapi.call import (
     timed_out,
 )
 from nsqtools.httpapi.plans import Plan
-from nsqtools.protocol.wrong_port import ANSWER_START, not_http
+from nsqtools.httpclient.answers import simple_head
+from nsqtools.wrong_port import ANSWER_START, not_http
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _READ_SIZE = 64 * 1024
-# What may go wrong in an exchange besides a timeout: the OS's errors, an answer h11
-# cannot read, an address that cannot be (a bad port, a name IDNA refuses).
-_FAILURES = (OSError, h11.ProtocolError, ValueError)
+# What may go wrong in an exchange besides a timeout: the OS's errors, an answer that
+# cannot be read (h11's errors are raised as ValueError), an address that cannot be (a
+# bad port, a name IDNA refuses).
+_FAILURES = (OSError, ValueError)
 
 
 class BlockingClient:
@@ -108,16 +110,51 @@ class BlockingClient:
 
     def _ask(self, connection: socket.socket, call: Call[Any], url: SplitResult) -> HttpAnswer:
         """Send the request on the connection and read the whole answer."""
-        http = h11.Connection(h11.CLIENT)
-        connection.sendall(self._request(http, call, url))
-        start = _answer_start(connection)
-        if not start:
+        connection.sendall(self._request(call, url))
+        first = _answer_start(connection)
+        if not first:
             raise ConnectionError("server disconnected without sending a response")
-        if (wrong_port := not_http(start)) is not None:
+        if (wrong_port := not_http(first)) is not None:
             raise call.error(f"the address is {wrong_port}")
-        http.receive_data(start)
-        head: h11.Response | None = None
-        body = bytearray()
+        head = simple_head(first)
+        if head is None:
+            return _read_with_h11(connection, call, [first])
+        received = [first]
+        end = head.size + head.content_length
+        length = len(first)
+        while length < end:
+            data = connection.recv(_READ_SIZE)
+            received.append(data)
+            if not data:  # cut short: h11 says how, as for any bad answer
+                return _read_with_h11(connection, call, received)
+            length += len(data)
+        body = b"".join(received)[head.size : end]
+        return HttpAnswer(head.status, head.reason.decode("ascii", "ignore"), body)
+
+    def _request(self, call: Call[Any], url: SplitResult) -> bytes:
+        """The request's bytes: head and body."""
+        target = f"{url.path}?{urlencode(call.params)}" if call.params else url.path
+        headers = {"Host": url.netloc, **self.headers}
+        if call.method != "GET":
+            headers["Content-Length"] = str(len(call.content or b""))
+        lines = [f"{call.method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers.items())]
+        head = "".join(line + "\r\n" for line in lines) + "\r\n"
+        return head.encode("ascii") + (call.content or b"")
+
+
+def _read_with_h11(connection: socket.socket, call: Call[Any], received: list[bytes]) -> HttpAnswer:
+    """The answer read by h11 from what `received` holds (an empty last part: the
+    connection ended) and from the connection; a bad one is a ValueError."""
+    import h11
+
+    http = h11.Connection(h11.CLIENT)
+    http.send(h11.Request(method=call.method, target="/", headers=[("Host", "-")]))
+    http.send(h11.EndOfMessage())
+    for data in received:
+        http.receive_data(data)
+    head: h11.Response | None = None
+    body = bytearray()
+    try:
         while True:
             event = http.next_event()
             if event is h11.NEED_DATA:
@@ -130,23 +167,10 @@ class BlockingClient:
             elif isinstance(event, h11.Data):
                 body += event.data
             elif isinstance(event, h11.EndOfMessage) and head is not None:
-                return HttpAnswer(
-                    head.status_code, head.reason.decode("ascii", "ignore"), bytes(body)
-                )
-
-    def _request(self, http: h11.Connection, call: Call[Any], url: SplitResult) -> bytes:
-        """The request's bytes: head, body, end."""
-        target = f"{url.path}?{urlencode(call.params)}" if call.params else url.path
-        headers = {"Host": url.netloc, **self.headers}
-        if call.method != "GET":
-            headers["Content-Length"] = str(len(call.content or b""))
-        events: list[h11.Event] = [
-            h11.Request(method=call.method, target=target, headers=list(headers.items()))
-        ]
-        if call.content:
-            events.append(h11.Data(data=call.content))
-        events.append(h11.EndOfMessage())
-        return b"".join(http.send(event) or b"" for event in events)
+                reason = head.reason.decode("ascii", "ignore")
+                return HttpAnswer(head.status_code, reason, bytes(body))
+    except h11.ProtocolError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _answer_start(connection: socket.socket) -> bytes:

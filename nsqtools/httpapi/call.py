@@ -134,7 +134,7 @@ async def _what_answered(url: str) -> str | None:
     asked again on a connection of our own, whose first bytes httpx does not show."""
     import anyio
 
-    from nsqtools.protocol.wrong_port import ANSWER_START, not_http
+    from nsqtools.wrong_port import ANSWER_START, not_http
 
     parts = urlsplit(url)
     if parts.scheme != "http" or parts.hostname is None:

@@ -9,8 +9,8 @@ None, and the pool lets h11 read it from the same bytes, so h11 stays the one ju
 of odd answers. What is accepted here, h11 accepts too and reads the same way:
 
     head = simple_head(b"HTTP/1.1 200 OK\\r\\nContent-Length: 3\\r\\n\\r\\nok\\n")
-    head.status, head.headers, head.size, head.content_length, head.keep_alive
-    # 200, [(b"content-length", b"3")], 38, 3, True
+    head.status, head.reason, head.headers, head.size, head.content_length, head.keep_alive
+    # 200, b"OK", [(b"content-length", b"3")], 38, 3, True
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import NamedTuple
 # h11's grammar (h11._abnf), so that a line matched here is one h11 reads alike: a
 # value's characters are any byte but NUL and whitespace, with inner runs of spaces
 # and tabs; names are RFC 9110 tokens. Both are fullmatched against one line.
-_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: ((?:[ \t]|[^\x00\s])*))?")
 _HEADER_LINE = re.compile(
     rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)[ \t]*"
 )
@@ -35,6 +35,7 @@ class SimpleHead(NamedTuple):
     """A plain answer's head, as h11 would give it."""
 
     status: int
+    reason: bytes  # the status line's reason phrase
     headers: list[tuple[bytes, bytes]]  # names in lower case, as h11 gives them
     size: int  # bytes up to the end of the blank line: the body starts there
     content_length: int
@@ -63,7 +64,8 @@ def simple_head(data: bytes) -> SimpleHead | None:
     if length is None:
         return None
     keep_alive = status_match[1] == b"1" and not _says_close(headers)
-    return SimpleHead(status, headers, end + 4, length, keep_alive)
+    reason = status_match[3] or b""
+    return SimpleHead(status, reason, headers, end + 4, length, keep_alive)
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -45,7 +45,7 @@ from nsqtools.durations import format_duration
 from nsqtools.errors import NsqError, describe_connect_failure
 from nsqtools.httpclient.answers import SimpleHead, simple_head
 from nsqtools.httpclient.requests import HttpOrigin, Request
-from nsqtools.protocol.wrong_port import ANSWER_START, not_http
+from nsqtools.wrong_port import ANSWER_START, not_http
 
 _RECEIVE_SIZE = 65536
 # The start of an answer's body kept in HttpResponse.body: enough to quote in a log line.

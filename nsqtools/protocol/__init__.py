@@ -2,9 +2,10 @@
 
 Owns command encoding (commands), frame decoding (frames), name rules (names), the
 IDENTIFY/AUTH negotiation documents (identify), a connection's protocol state: its
-set-up sequence, the answers owed, which errors end it (session), and what another
-server's answer says it is (wrong_port). It never imports
-trio, ssl, socket, httpx, click or rich, so it is tested and fuzzed without any network.
+set-up sequence, the answers owed, which errors end it (session). What another server's
+answer says it is lives beside it (nsqtools.wrong_port: HTTP clients ask it too, which
+should not load this package). It never imports trio, ssl, socket, httpx, click or
+rich, so it is tested and fuzzed without any network.
 """
 
 from nsqtools.protocol import commands, youzan

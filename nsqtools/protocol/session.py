@@ -57,7 +57,7 @@ from nsqtools.protocol.frames import (
     Response,
 )
 from nsqtools.protocol.identify import AuthResponse, IdentifyRequest, IdentifyResponse
-from nsqtools.protocol.wrong_port import ANSWER_START, not_nsqd_tcp
+from nsqtools.wrong_port import ANSWER_START, not_nsqd_tcp
 
 # What the I/O layer sends with a command nsqd answers, to have it back with the answer.
 Request = TypeVar("Request")

@@ -85,6 +85,16 @@ def our_tool(program: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def imported_packages(importtime_output: str) -> set[str]:
+    """The top-level packages a program run with `python -X importtime` imported, from
+    what it wrote on stderr."""
+    return {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in importtime_output.splitlines()
+        if line.startswith("import time:")
+    }
+
+
 class RunningTool:
     """A tool started by running(): its process, and its stderr once it has exited."""
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from nsqtools.commands import completers, consoles
+from nsqtools.commands import completers
 from nsqtools.commands.cluster_cli import (
     HTTP_TIMEOUT_OPTION,
     Column,
@@ -73,7 +73,7 @@ def run_action(action: AdminAction, options: dict[str, Any]) -> None:
     if options["as_json"]:
         print_json(outcomes_json(action, outcomes))
     else:
-        print_tables(consoles.stdout(), [outcomes_table(outcomes)])
+        print_tables([outcomes_table(outcomes)])
     if not succeeded(outcomes):
         fail(failure_summary(action, outcomes))
 

@@ -52,7 +52,6 @@ def command(**options: Any) -> None:
     halfway leaves no partial partition, and the same input gives the same rows.
     """
     out: Path = options["out"].absolute()
-    console = consoles.stdout()
     run = run_job(
         options,
         find_archives(options),
@@ -63,7 +62,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         click.echo(json.dumps(_summary_json(outcome, run.seconds), sort_keys=True))
     else:
-        print_tables(console, _summary_tables(outcome, out))
+        print_tables(_summary_tables(outcome, out))
 
 
 def _compact(spark: SparkSession, files: list[ArchiveFile], out: Path) -> Scanned[Compacted]:

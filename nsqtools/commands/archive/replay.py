@@ -82,7 +82,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         click.echo(json.dumps(_summary_json(replayed, options, run.seconds), sort_keys=True))
     else:
-        print_tables(consoles.stdout(), _summary_tables(replayed, options))
+        print_tables(_summary_tables(replayed, options))
     failed = replayed.failed.total()
     if failed:
         from nsqtools.runtime.publishing import unpublished

@@ -108,7 +108,7 @@ def _print_table(columns: list[str], rows: list[Row], limited: DataFrame, limit:
         table.add([_text(value) for value in row])
     if limit and len(rows) == limit and limited.count() > limit:
         table.title = f"the first {limit:,} rows (--limit 0 for all)"
-    print_tables(consoles.stdout(), [table])
+    print_tables([table])
 
 
 def _text(value: Any) -> str:

@@ -52,7 +52,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         click.echo(json.dumps(_as_json(outcome), sort_keys=True, default=str))
     else:
-        print_tables(consoles.stdout(), _tables(outcome))
+        print_tables(_tables(outcome))
     damaged, malformed = len(outcome.damaged()), sum(outcome.result.malformed.values())
     if options["strict"] and (damaged or malformed):
         fail(f"--strict: {damaged} damaged files, {malformed} lines that are no envelope")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import completers, consoles
+from nsqtools.commands import completers
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -72,7 +72,7 @@ def command(topic: str, channel: str, **options: Any) -> None:
         print_json(channel_json(view))
     else:
         rates = options["interval"] is not None
-        print_tables(consoles.stdout(), channel_tables(view, rates, now=time.time()))
+        print_tables(channel_tables(view, rates, now=time.time()))
     fail_on(view.failures)
 
 

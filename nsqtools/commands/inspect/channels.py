@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import completers, consoles
+from nsqtools.commands import completers
 from nsqtools.commands.cluster_cli import (
     check_names,
     cluster_options,
@@ -51,7 +51,7 @@ def command(topic: str, **options: Any) -> None:
         print_json(channels_json(view))
     else:
         rates = options["interval"] is not None
-        print_tables(consoles.stdout(), [channels_table(view.channels, rates)])
+        print_tables([channels_table(view.channels, rates)])
     fail_on(view.failures)
 
 

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -44,7 +43,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         print_json(nodes_json(view))
     else:
-        print_tables(consoles.stdout(), nodes_tables(view))
+        print_tables(nodes_tables(view))
     fail_on(view.failures)
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import completers, consoles
+from nsqtools.commands import completers
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -66,7 +66,7 @@ def command(topic: str, **options: Any) -> None:
     if options["as_json"]:
         print_json(topic_json(view))
     else:
-        print_tables(consoles.stdout(), topic_tables(view, options["interval"] is not None))
+        print_tables(topic_tables(view, options["interval"] is not None))
     fail_on(view.failures)
 
 

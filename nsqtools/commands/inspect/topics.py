@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from nsqtools.commands import consoles
 from nsqtools.commands.cluster_cli import (
     Column,
     Table,
@@ -55,7 +54,7 @@ def command(**options: Any) -> None:
     if options["as_json"]:
         print_json(topics_json(view))
     else:
-        print_tables(consoles.stdout(), topics_tables(view, rates=options["interval"] is not None))
+        print_tables(topics_tables(view, rates=options["interval"] is not None))
     fail_on(view.failures)
 
 
