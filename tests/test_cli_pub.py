@@ -249,7 +249,7 @@ def test_a_log_line_starts_on_a_line_of_its_own_under_the_progress_line(
 ) -> None:
     import logging
 
-    from nsqtools.commands.front import configure_logging
+    from nsqtools.commands.logs import configure_logging
     from nsqtools.commands.to_nsq import _ProgressLine
 
     logger = logging.getLogger("nsqtools")

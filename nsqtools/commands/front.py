@@ -1,4 +1,4 @@
-"""What every command shares at its edge: Go flag syntax, one-line errors, exit codes, logs.
+"""What every command shares at its edge: Go flag syntax, one-line errors, exit codes.
 
 Go's flag package accepts `-flag=v`, `-flag v`, `--flag=v`, `--flag v`, `-bool`,
 `-bool=false`; click accepts some of these. GoFlagsCommand rewrites a command line into
@@ -14,8 +14,6 @@ NSQTOOLS_DEBUG=1).
 
 from __future__ import annotations
 
-import difflib
-import logging
 import os
 import re
 import sys
@@ -207,6 +205,8 @@ def _unknown_flag(arg: str, spellings: dict[str, tuple[click.Option, str, bool]]
     if not name or name[0] in "-=":
         return f"bad flag syntax: {arg}"
     visible = [known for known, (option, _, _) in spellings.items() if not option.hidden]
+    import difflib
+
     closest = difflib.get_close_matches(name, visible, n=1, cutoff=0.5)
     hint = f" (did you mean {dashes}{closest[0]}?)" if closest else f" (see {dashes}help)"
     return f"flag provided but not defined: {dashes}{name}{hint}"
@@ -362,23 +362,9 @@ def error_line(prog_name: str, message: str) -> None:
     sys.stderr.flush()
 
 
-# -- logs ------------------------------------------------------------------------------
+# -- what logs need of the front (nsqtools.commands.logs has the rest) -------------------
 
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
-_PYTHON_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "fatal": logging.CRITICAL,
-}
-_GO_LEVEL_NAMES = {
-    logging.DEBUG: "DEBUG",
-    logging.INFO: "INFO",
-    logging.WARNING: "WARNING",
-    logging.ERROR: "ERROR",
-    logging.CRITICAL: "FATAL",
-}
 
 
 def as_text_on(stream: Any, text: str) -> str:
@@ -391,36 +377,3 @@ def as_text_on(stream: Any, text: str) -> str:
     except ValueError:  # closed
         terminal = False
     return printable(text) if terminal else text
-
-
-class _GoLogFormatter(logging.Formatter):
-    """`[nsq_tail] 2026/11/21 11:05:46.753854 INFO: message`, as NSQ's apps log; on a
-    terminal with the message's control characters escaped (it may quote the cluster)."""
-
-    def __init__(self, prefix: str, stream: Any) -> None:
-        super().__init__()
-        self.prefix = prefix
-        self.stream = stream
-
-    def format(self, record: logging.LogRecord) -> str:
-        import time
-
-        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(record.created))
-        micros = int(record.created % 1 * 1_000_000)
-        level = _GO_LEVEL_NAMES.get(record.levelno, record.levelname)
-        message = as_text_on(self.stream, record.getMessage())
-        return f"{self.prefix}{stamp}.{micros:06d} {level}: {message}"
-
-
-def configure_logging(level: str, prefix: str) -> None:
-    """Send nsqtools' logs to stderr at `level` with NSQ's line format (an unknown level
-    is a failed check of values, exit 1, as in Go's nsq_to_file)."""
-    python_level = _PYTHON_LEVELS.get(level.lower())
-    if python_level is None:
-        fail("--log-level is invalid")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_GoLogFormatter(prefix, sys.stderr))
-    root = logging.getLogger("nsqtools")
-    root.handlers[:] = [handler]
-    root.setLevel(python_level)
-    root.propagate = False

@@ -31,12 +31,12 @@ from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
     GoFlagsCommand,
-    configure_logging,
     fail,
     grouped_option,
     run,
     version_option,
 )
+from nsqtools.commands.logs import configure_logging
 from nsqtools.commands.options import (
     DURATION,
     check_addresses,

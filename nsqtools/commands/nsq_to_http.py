@@ -21,13 +21,13 @@ from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     OUTPUT,
     GoFlagsCommand,
-    configure_logging,
     fail,
     grouped_option,
     run,
     run_event_loop,
     version_option,
 )
+from nsqtools.commands.logs import configure_logging
 from nsqtools.commands.options import (
     GoInt,
     check_relay_options,

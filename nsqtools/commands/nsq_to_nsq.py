@@ -17,12 +17,12 @@ import click
 from nsqtools.commands.front import (
     CONTEXT_SETTINGS,
     GoFlagsCommand,
-    configure_logging,
     fail,
     run,
     run_event_loop,
     version_option,
 )
+from nsqtools.commands.logs import configure_logging
 from nsqtools.commands.options import (
     check_addresses,
     check_relay_options,

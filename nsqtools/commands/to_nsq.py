@@ -32,7 +32,6 @@ from nsqtools.commands.front import (
     OUTPUT,
     YOUZAN,
     GoFlagsCommand,
-    configure_logging,
     error_line,
     fail,
     grouped_option,
@@ -40,6 +39,7 @@ from nsqtools.commands.front import (
     run_event_loop,
     version_option,
 )
+from nsqtools.commands.logs import configure_logging
 from nsqtools.commands.options import (
     DURATION,
     GoInt,
