@@ -291,7 +291,7 @@ def h11_reason(answer: bytes) -> bytes:
     return event.reason
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(plain_answers())
 def test_the_reason_phrase_is_read_as_h11_reads_it(answer: bytes) -> None:
     """The blocking client reports it (HTTP 404 Not Found)."""
