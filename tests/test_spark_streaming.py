@@ -379,6 +379,18 @@ def alive(pid: int) -> bool:
         return False
 
 
+def takers_of_sigterm(pid: int) -> set[int]:
+    """The threads of the process that do not block SIGTERM (the kernel gives the
+    process's SIGTERM to one of them)."""
+    takers = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        blocked = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
+        if not int(blocked.split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+            takers.add(int(task.name))
+    return takers
+
+
 def source_workers() -> set[int]:
     """The Python workers this test run's Spark runs for streaming sources' readers."""
     found = set()
@@ -417,6 +429,7 @@ def test_sigterm_twice_to_a_querys_source_worker(
     assert gate.entered.wait(WAIT), "the first batch"
     workers = source_workers() - before
     for worker in workers:
+        assert takers_of_sigterm(worker) == {worker}, "only the main thread may take it"
         os.kill(worker, signal.SIGTERM)
         os.kill(worker, signal.SIGTERM)
     wait_until(lambda: not any(map(alive, workers)), 30, "the workers to end")

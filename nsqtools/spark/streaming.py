@@ -179,6 +179,7 @@ class LiveConsumer:
             raise self.error
 
     def _run(self) -> None:
+        _leave_sigterm_to_the_main_thread()  # and to no thread trio starts from this one
         try:
             trio.run(self._consume)
         except BaseException as error:  # reported to Spark's thread by take()
@@ -396,6 +397,7 @@ def _requeue_on_exit(live: LiveConsumer) -> None:
     requeueing, requeued = threading.Event(), threading.Event()
 
     def requeue_then_end() -> None:
+        _leave_sigterm_to_the_main_thread()
         live.close()
         requeued.set()
         # To the main thread, where Python runs the handler: a signal to the process
@@ -413,6 +415,16 @@ def _requeue_on_exit(live: LiveConsumer) -> None:
             threading.Thread(target=requeue_then_end, name="nsq-source-stop").start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _leave_sigterm_to_the_main_thread() -> None:
+    """Block SIGTERM in the calling thread (and so in the threads it starts). The kernel
+    gives a process's signal to any thread not blocking it, and Python runs the handler
+    only in the main thread: taken by another, a SIGTERM leaves the main thread asleep
+    in Spark's read of its next command, and the worker never requeues nor ends (a CI
+    run saw a doubled SIGTERM so ignored). Taken by the main thread, it interrupts
+    that read."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 async def _end_with_parent() -> None:
