@@ -213,3 +213,27 @@ def test_a_stop_once_the_work_has_ended_is_too_late_to_stop_anything() -> None:
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate("\n", timeout=WAIT)
     assert (process.returncode, out, err) == (0, "exiting\n", "")
+
+
+# StopCalls around a main thread asleep in a call no handler interrupts (as nsq archive
+# waits on the JVM): a SIGTERM that another thread takes (sent to it alone here; the
+# kernel may choose any thread not blocking it) is acted on all the same.
+STOP_CALLS = """
+import signal, threading, time
+from nsqtools.runtime.signals import StopCalls
+def signal_this_thread():
+    time.sleep(0.1)  # the main thread in readline() by then, most likely; either way
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+with StopCalls(lambda: print("stopping", flush=True)):
+    threading.Thread(target=signal_this_thread).start()
+    sys.stdin.readline()
+print("stopped", flush=True)
+"""
+
+
+def test_a_stop_another_thread_takes_is_acted_on_while_the_main_one_sleeps() -> None:
+    with program(STOP_CALLS) as process:
+        say(process)
+        assert next_line(process) == "stopping"  # the main thread still in readline()
+        out, err = process.communicate("\n", timeout=WAIT)
+    assert (process.returncode, out, err) == (0, "stopped\n", "")

@@ -218,24 +218,64 @@ def run_until_stopped(work: Callable[[], None], *, hangup_stops: bool = False) -
 
 
 class StopCalls:
-    """For the body of the block, the stop calls on_stop() (from the signal handler, in
-    the main thread: it must not block; it may start a thread that stops the work, as
-    cancelling a Spark job does), at once if the stop came before; a second exits at once
-    with 128+signal."""
+    """For the body of the block, the stop calls on_stop() (it must not block; it may
+    start a thread that stops the work, as cancelling a Spark job does), at once if the
+    stop came before; a second exits at once with 128+signal.
+
+    The body may wait in a call that no signal interrupts. Python runs a handler in the
+    main thread only, and the kernel gives a process's signal to any thread not blocking
+    it (PySpark's accumulator server, a progress bar's): the main thread, asleep in a
+    call to the JVM, would act on it only once the job had ended. So for the block the
+    signals are sorted by a thread of ours: Python's own handler writes each signal's
+    number to a wakeup fd, whichever thread took it, and that thread reads them. (No
+    signal mask: the JVM started meanwhile would inherit it.)"""
 
     def __init__(self, on_stop: Callable[[], None]) -> None:
         self.on_stop = on_stop
         self._give_back: Callable[[], None] = lambda: None
+        self._wakeup: tuple[int, int] = (-1, -1)  # the pipe the handler writes to
+        self._previous_wakeup = -1
 
     def _stop(self) -> None:
         if _stops.take_pending():
             self.on_stop()
 
+    def _sort(self, read_end: int) -> None:
+        """Each stop signal's number, as the wakeup fd gives it, to the sorting."""
+        while data := os.read(read_end, 64):  # ends when __exit__ closes the write end
+            for signum in data:
+                if signum in STOP_SIGNALS:
+                    _stops.arrive(signum, None)
+        os.close(read_end)
+
     def __enter__(self) -> None:
-        self._give_back = _take_stop_signals()
+        import threading
+
+        previous = {signum: _signal.signal(signum, _ignore) for signum in STOP_SIGNALS}
+
+        def give_back() -> None:
+            for signum, handler in previous.items():
+                _signal.signal(signum, handler)
+
+        self._give_back = give_back
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)  # the handler never waits on the pipe
+        self._wakeup = (read_end, write_end)
+        self._previous_wakeup = _signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        threading.Thread(
+            target=self._sort, args=(read_end,), name="stop-signals", daemon=True
+        ).start()
         if _stops.watch(self._stop, exit_at_once):
             self.on_stop()
 
     def __exit__(self, *exc_info: object) -> None:
         _stops.unwatch()
+        # The handlers first: a signal between the two steps is then sorted twice at
+        # once, which is the same stop, rather than by no one.
         self._give_back()
+        _signal.set_wakeup_fd(self._previous_wakeup)
+        os.close(self._wakeup[1])
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """StopCalls' Python handler: the signal is sorted from the wakeup fd instead."""
