@@ -261,14 +261,14 @@ def fast_path_reads(answer: bytes) -> Outcome | None:
 
 
 @pytest.mark.slow
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(plain_answers())
 def test_plain_answers_are_read_without_h11_as_h11_reads_them(answer: bytes) -> None:
     assert fast_path_reads(answer) == h11_reads([answer])
 
 
 @pytest.mark.slow
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(plain_answers(), st.data())
 def test_what_the_fast_path_takes_h11_takes_alike(answer: bytes, data: st.DataObject) -> None:
     """An answer with a byte changed: simple_head may leave it to h11, but when it
