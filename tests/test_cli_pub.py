@@ -164,12 +164,11 @@ def test_version() -> None:
     assert result.stdout.decode().startswith("to_nsq v")
 
 
-def test_progress_line_on_a_terminal(nsqd: Nsqd) -> None:
-    """With stderr on a terminal, to_nsq shows how many records were published."""
+def publishing_to_a_terminal(nsqd: Nsqd) -> tuple[subprocess.Popen[bytes], int]:
+    """to_nsq reading a pipe, its stderr on a pseudo-terminal; the process and the
+    terminal's controlling side."""
     import os
     import pty
-    import select
-    import time
 
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
@@ -178,6 +177,16 @@ def test_progress_line_on_a_terminal(nsqd: Nsqd) -> None:
         stderr=terminal,
     )
     os.close(terminal)
+    return process, controller
+
+
+def test_progress_line_on_a_terminal(nsqd: Nsqd) -> None:
+    """With stderr on a terminal, to_nsq shows how many records were published."""
+    import os
+    import select
+    import time
+
+    process, controller = publishing_to_a_terminal(nsqd)
     assert process.stdin is not None
     process.stdin.write(b"line\n" * 1000)
     process.stdin.flush()
@@ -211,15 +220,8 @@ def read_terminal(controller: int) -> bytes:
 def test_the_progress_line_ends_with_the_final_count(nsqd: Nsqd) -> None:
     """It was erased at the end (main printed nothing that stayed)."""
     import os
-    import pty
 
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=progress"],
-        stdin=subprocess.PIPE,
-        stderr=terminal,
-    )
-    os.close(terminal)
+    process, controller = publishing_to_a_terminal(nsqd)
     process.communicate(b"one\ntwo\nsix\n", timeout=30)
     shown = read_terminal(controller)
     os.close(controller)
