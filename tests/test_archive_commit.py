@@ -15,6 +15,7 @@ import pytest
 
 from nsqtools import formats
 from nsqtools.spark import commit
+from nsqtools.spark.storage import Storage, location_uri, shown
 from nsqtools.testing import our_tool, wait_until
 from tests.conftest import ArchiveRun
 from tests.test_archive_compact import ORIGIN, message
@@ -25,41 +26,80 @@ pytestmark = pytest.mark.slow
 PARTITION = "topic=orders/date=2026-11-23/hour=0"
 
 
-def staged_partition(staging: Path, relative: str, content: bytes) -> None:
+@pytest.fixture(scope="module")
+def store(spark: Any) -> Storage:
+    """Hadoop's FileSystem through the test run's JVM, on local paths."""
+    return Storage.of(spark, {})
+
+
+def staged_partition(staging: Path, relative: str, content: bytes, name: str = "part-0") -> None:
     partition = staging / relative
-    partition.mkdir(parents=True)
-    (partition / "part-0.parquet").write_bytes(content)
-    (partition / ".part-0.parquet.crc").write_bytes(b"crc")
+    partition.mkdir(parents=True, exist_ok=True)
+    (partition / f"{name}.parquet").write_bytes(content)
+    (partition / f".{name}.parquet.crc").write_bytes(b"crc")
 
 
-def test_a_new_partition_is_moved_in_and_an_old_one_replaced_whole(tmp_path: Path) -> None:
+def test_a_new_partition_is_moved_in_and_an_old_one_replaced_whole(
+    tmp_path: Path, store: Storage
+) -> None:
     out = tmp_path / "out"
     old = out / PARTITION
     old.mkdir(parents=True)
     (old / "part-old.parquet").write_bytes(b"old")
-    with commit.staging_directory(out) as staging:
-        staged_partition(staging, PARTITION, b"new")
-        staged_partition(staging, "topic=orders/date=2026-11-23/hour=1", b"new 1")
-        published = commit.publish(staging, out)
+    with commit.staging_directory(store, location_uri(str(out))) as staging:
+        staged = Path(shown(staging))
+        staged_partition(staged / "new", PARTITION, b"new")
+        staged_partition(staged / "new", "topic=orders/date=2026-11-23/hour=1", b"new 1")
+        published = commit.publish(store, staging, location_uri(str(out)), ["new"])
     assert published == [PARTITION, "topic=orders/date=2026-11-23/hour=1"]
     assert sorted(path.name for path in old.iterdir()) == [".part-0.parquet.crc", "part-0.parquet"]
     assert not list(out.glob(commit.STAGING_PREFIX + "*"))
 
 
-def test_what_a_killed_job_staged_is_removed_by_the_next(tmp_path: Path) -> None:
+def test_what_a_killed_job_staged_is_removed_by_the_next(tmp_path: Path, store: Storage) -> None:
     out = tmp_path / "out"
     leftover = out / f"{commit.STAGING_PREFIX}killed"
-    staged_partition(leftover, PARTITION, b"half")
-    with commit.staging_directory(out) as staging:
+    staged_partition(leftover / "new", PARTITION, b"half")
+    with commit.staging_directory(store, location_uri(str(out))) as staging:
         assert not leftover.exists()
-        assert staging.parent == out
+        assert Path(shown(staging)).parent == out
+    assert not (out / PARTITION).exists()  # never journaled: never published
 
 
-def test_one_job_at_a_time_per_output_directory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("moved", [0, 1, 2])
+def test_a_move_killed_partway_is_finished_by_the_next_job(
+    tmp_path: Path, store: Storage, moved: int
+) -> None:
+    """A journaled move killed after `moved` of a partition's two new files went in,
+    beside the partition's old file: the next job leaves exactly the new files (the
+    file-by-file move object stores get)."""
+    out = tmp_path / "out"
+    (out / PARTITION).mkdir(parents=True)
+    (out / PARTITION / "part-old.parquet").write_bytes(b"old")
+    killed = out / f"{commit.STAGING_PREFIX}killed"
+    names = ["part-a.parquet", "part-b.parquet"]
+    for index, name in enumerate(names):
+        place = out if index < moved else killed / "new"
+        staged_partition(place, PARTITION, name.encode(), name.removesuffix(".parquet"))
+    killed.mkdir(exist_ok=True)
+    (killed / "publishing.json").write_text(
+        json.dumps({PARTITION: {"from": "new", "files": names}})
+    )
+    with commit.staging_directory(store, location_uri(str(out))):
+        assert sorted(path.name for path in (out / PARTITION).iterdir()) == [
+            ".part-a.parquet.crc",
+            ".part-b.parquet.crc",
+            *names,
+        ]
+        assert not killed.exists()
+
+
+def test_one_job_at_a_time_per_output_directory(tmp_path: Path, store: Storage) -> None:
+    out = location_uri(str(tmp_path))
     with (
-        commit.staging_directory(tmp_path),
+        commit.staging_directory(store, out),
         pytest.raises(commit.OutputBusy),
-        commit.staging_directory(tmp_path),
+        commit.staging_directory(store, out),
     ):
         pass
 

@@ -1,5 +1,5 @@
-"""Archives read back by the jobs over them (nsq archive): which files a source names,
-what each file holds, and its whole lines.
+"""Archives read back by the jobs over them (nsq archive): what each file holds, and its
+whole lines (the jobs find the files, through Spark, and give them here as streams).
 
 A scan reads a file once, to its end: how many whole lines and bytes it holds, whether
 they are JSON envelopes (nsq_to_file --format json) or raw bodies, and what is damaged:
@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO, Literal
 
 from nsqtools.archive.recovery import GzipPiece, gzip_pieces
@@ -27,7 +26,7 @@ _BLOCK_SIZE = 1024 * 1024
 # What a first line must hold to be a JSON envelope (nsqtools.formats.envelope).
 _ENVELOPE_KEYS = frozenset({"id", "timestamp_ns", "body"})
 # Paths Spark's own readers take as they are: no glob characters, nothing a URI escapes.
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/@,+~-]+")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/@,+~:-]+")
 
 Format = Literal["json", "raw"]
 
@@ -40,7 +39,7 @@ class SourceError(NsqError):
 class FileReport:
     """One archive file as a scan found it."""
 
-    path: str  # absolute
+    path: str  # an absolute local path, or a URI (nsqtools.spark.storage.shown)
     size: int  # bytes on disk
     gzip: bool  # by its content, whatever its name says
     format: Format | None  # None: no whole line to tell by
@@ -59,51 +58,18 @@ class FileReport:
         )
 
 
-def is_compacted(source: str) -> bool:
-    """A directory nsq archive compact wrote: partition directories topic=…, or Parquet
-    files; read as a table, not as archives."""
-    path = Path(source)
-    return path.is_dir() and (any(path.glob("topic=*")) or any(path.glob("*.parquet")))
-
-
-def archive_files(sources: Iterable[str]) -> dict[str, str]:
-    """The files that sources name, each once and in a stable order: absolute path →
-    name relative to the source (the directory walked, or a file's own directory), the
-    name nsq_to_file gave it. Hidden files and directories are skipped."""
-    found: dict[str, str] = {}
-    for source in sources:
-        path = Path(source).absolute()
-        if path.is_file():
-            found[str(path)] = path.name
-        elif path.is_dir():
-            found.update(_walk(path))
-        else:
-            raise SourceError(f"{source}: no such file or directory")
-    return found
-
-
-def _walk(directory: Path) -> dict[str, str]:
-    files = {}
-    for root, directories, names in os.walk(directory):
-        directories[:] = sorted(name for name in directories if not name.startswith((".", "_")))
-        for name in sorted(names):
-            if not name.startswith((".", "_")):
-                path = Path(root, name)
-                files[str(path)] = path.relative_to(directory).as_posix()
-    return files
-
-
-def scan(path: str, format: Format | None = None) -> FileReport:
-    """Read the file to its end; `format` forces one, else the first whole line tells."""
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        gzip = file.read(2) == GZIP_MAGIC
-        file.seek(0)
-        counter = _LineCounter()
-        damage = None
-        for piece in _pieces(file, gzip):
-            counter.add(piece.content)
-            damage = piece.damage or damage
+def scan(file: BinaryIO, path: str, format: Format | None = None) -> FileReport:
+    """Read a file (an open binary stream) to its end; `path` names it in the report;
+    `format` forces one, else the first whole line tells."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(0)
+    gzip = file.read(2) == GZIP_MAGIC
+    file.seek(0)
+    counter = _LineCounter()
+    damage = None
+    for piece in _pieces(file, gzip):
+        counter.add(piece.content)
+        damage = piece.damage or damage
     if damage is None and counter.tail:
         damage = f"the last line is cut ({counter.tail} bytes without a newline)"
     return FileReport(
@@ -117,16 +83,22 @@ def scan(path: str, format: Format | None = None) -> FileReport:
     )
 
 
-def whole_lines(path: str) -> Iterator[bytes]:
-    """The file's whole lines, without their newlines, up to any damage."""
+def scan_file(path: str, format: Format | None = None) -> FileReport:
+    """scan() of a local file."""
     with open(path, "rb") as file:
-        gzip = file.read(2) == GZIP_MAGIC
-        file.seek(0)
-        rest = b""
-        for piece in _pieces(file, gzip):
-            lines = (rest + piece.content).split(b"\n")
-            rest = lines.pop()
-            yield from lines
+        return scan(file, path, format)
+
+
+def whole_lines(file: BinaryIO) -> Iterator[bytes]:
+    """The whole lines of a file (an open binary stream), without their newlines, up
+    to any damage."""
+    gzip = file.read(2) == GZIP_MAGIC
+    file.seek(0)
+    rest = b""
+    for piece in _pieces(file, gzip):
+        lines = (rest + piece.content).split(b"\n")
+        rest = lines.pop()
+        yield from lines
 
 
 def _pieces(file: BinaryIO, gzip: bool) -> Iterator[GzipPiece]:

@@ -19,19 +19,17 @@ difference is RowsMissing, and nothing is published.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import pyarrow.parquet
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from nsqtools.errors import NsqError
 from nsqtools.spark import commit
-from nsqtools.spark.messages import local_uri, message_schema
+from nsqtools.spark.messages import message_schema
+from nsqtools.spark.storage import Storage, joined, shown, to_read
 
 PARTITION_COLUMNS = ("topic", "date", "hour")
 # The message's key, and the partition it is in (a function of its timestamp): the rows
@@ -60,10 +58,10 @@ class Compacted:
 
 
 def compact(
-    spark: SparkSession, messages: DataFrame, out: Path, sources: Sequence[str]
+    spark: SparkSession, store: Storage, messages: DataFrame, out: str, sources: Sequence[str]
 ) -> Compacted:
-    """Write messages (nsqtools.spark.messages, read from the files `sources`) under out;
-    a partition becomes visible whole or not at all.
+    """Write messages (nsqtools.spark.messages, read from the files `sources`) under out
+    (a URI, nsqtools.spark.storage); each partition is published whole (commit.py).
 
     Where a partition exists in out already, its rows from other files stay (copies of
     a message across both deduplicated as any): compacting an hour's archives in two
@@ -78,17 +76,18 @@ def compact(
     )
     rows = _partitioned(observed.where(~F.col("malformed")).drop("malformed"))
     unique = _deduplicated(rows).observe(kept, *_counts())
-    with commit.staging_directory(out) as staging:
-        new, merged = staging / "new", staging / "merged"
-        unique.write.partitionBy(*PARTITION_COLUMNS).parquet(local_uri(new, to_read=False))
-        partitions = _checked_rows(new, kept.get["rows"], out)
-        both = [name for name in partitions if (out / name).is_dir()]
+    with commit.staging_directory(store, out) as staging:
+        new, merged = joined(staging, "new"), joined(staging, "merged")
+        unique.write.partitionBy(*PARTITION_COLUMNS).parquet(new)
+        partitions = _checked_rows(store, new, kept.get["rows"], out)
+        both = [name for name in partitions if store.is_directory(joined(out, name))]
         merged_copies = 0
         if both:  # merged holds them now, with their new counts
-            merged_partitions, merged_copies = _merge(spark, new, out, both, sources, merged)
+            merged_partitions, merged_copies = _merge(
+                spark, store, (new, out, merged), both, sources
+            )
             partitions |= merged_partitions
-        commit.publish(merged, out)
-        commit.publish(new, out)
+        commit.publish(store, staging, out, ["new", "merged"])
     counts_read, counts_kept = read.get, kept.get
     return Compacted(
         rows_read=counts_read["rows"],
@@ -100,27 +99,25 @@ def compact(
 
 
 def read_compacted(
-    spark: SparkSession, directory: Path, partitions: Sequence[str] = ()
+    spark: SparkSession, directory: str, partitions: Sequence[str] = ()
 ) -> DataFrame:
-    """Compacted Parquet under directory (only the partitions named, if any), with the
-    types compact wrote: partition values are not guessed (a topic "42" stays text)."""
-    reader = spark.read.schema(COMPACTED_SCHEMA)
-    reader = reader.option("basePath", local_uri(directory, to_read=True))
-    chosen = [directory / name for name in partitions] or [directory]
-    paths = [local_uri(path, to_read=True) for path in chosen]
-    return reader.parquet(*paths)
+    """Compacted Parquet under directory (a URI; only the partitions named, if any), with
+    the types compact wrote: partition values are not guessed (a topic "42" stays text)."""
+    reader = spark.read.schema(COMPACTED_SCHEMA).option("basePath", to_read(directory))
+    chosen = [joined(directory, name) for name in partitions] or [directory]
+    return reader.parquet(*(to_read(path) for path in chosen))
 
 
 def _merge(
     spark: SparkSession,
-    new: Path,
-    out: Path,
+    store: Storage,
+    directories: tuple[str, str, str],
     both: list[str],
     sources: Sequence[str],
-    merged: Path,
 ) -> tuple[dict[str, int], int]:
-    """Write under merged the partitions named `both`: the new rows with out's rows
-    from other files; the rows in each, and the copies left out."""
+    """Write under merged the partitions named `both`: the new rows (under new) with
+    out's rows from other files; the rows in each, and the copies left out."""
+    new, out, merged = directories
     compacted_again = spark.createDataFrame([(source,) for source in sources], "file string")
     kept_rows = read_compacted(spark, out, both).join(
         F.broadcast(compacted_again), "file", "left_anti"
@@ -129,12 +126,10 @@ def _merge(
     union = kept_rows.unionByName(fresh).select(*fresh.columns).repartition(*PARTITION_COLUMNS)
     before, after = Observation("before"), Observation("after")
     unique = _deduplicated(union.observe(before, *_counts()))
-    unique.observe(after, *_counts()).write.partitionBy(*PARTITION_COLUMNS).parquet(
-        local_uri(merged, to_read=False)
-    )
-    partitions = _checked_rows(merged, after.get["rows"], out)
+    unique.observe(after, *_counts()).write.partitionBy(*PARTITION_COLUMNS).parquet(merged)
+    partitions = _checked_rows(store, merged, after.get["rows"], out)
     for name in both:
-        shutil.rmtree(new / name)  # merged holds them now
+        store.delete(joined(new, name))  # merged holds them now
     copies: int = before.get["envelopes"] - after.get["envelopes"]
     return partitions, copies
 
@@ -172,21 +167,19 @@ def _deduplicated(rows: DataFrame) -> DataFrame:
     return ranked.where(F.col("copy") == 1).drop("copy")
 
 
-def _checked_rows(written: Path, meant: int, out: Path) -> dict[str, int]:
+def _checked_rows(store: Storage, written: str, meant: int, out: str) -> dict[str, int]:
     """Rows per partition directory under `written`, from the Parquet footers the driver
     can read; RowsMissing unless they add up to `meant`, the rows the tasks wrote."""
     partitions = {
-        name: sum(
-            pyarrow.parquet.read_metadata(path).num_rows
-            for path in (written / name).iterdir()
-            if path.is_file() and not path.name.startswith((".", "_"))
+        partition: sum(
+            store.parquet_rows(joined(joined(written, partition), name)) for name in files
         )
-        for name in commit.partitions(written)
+        for partition, files in commit.partitions(store, written).items()
     }
     found = sum(partitions.values())
     if found != meant:
         raise RowsMissing(
-            f"{out}: Spark's tasks wrote {meant} rows, {found} are in the output: nothing "
-            "published (--out must be storage the driver and every executor share)"
+            f"{shown(out)}: Spark's tasks wrote {meant} rows, {found} are in the output: "
+            "nothing published (--out must be storage the driver and every executor share)"
         )
     return partitions

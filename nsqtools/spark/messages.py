@@ -6,29 +6,34 @@ of an envelope archive that is no envelope. Raw archives have no id, attempts, c
 nsqd. Topic, host and time come from each file's name; an envelope's own topic and
 timestamp win where present.
 
-Files Spark reads as they are go through its own JSON and text readers (fast, in the
-JVM); the others (damaged, or named otherwise than their content) give their whole
-lines through Python tasks, and then take the same transform.
+Sources are local paths or any Hadoop URI (s3a://, hdfs://...): Spark lists them, and
+scans each file in its tasks (nsqtools.archive.reading: format, damage), so the driver
+needs no access of its own to the files. Files Spark reads as they are go through its
+own JSON and text readers (fast, in the JVM); the others (damaged, or named otherwise
+than their content) give their whole lines through Python tasks, and then take the same
+transform.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import re
+import io
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
+import pyarrow
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from nsqtools.archive.nameparsing import NameParser
-from nsqtools.archive.reading import FileReport, Format, archive_files, scan, whole_lines
+from nsqtools.archive.reading import FileReport, Format, SourceError, scan, whole_lines
 from nsqtools.errors import NsqError
+from nsqtools.spark import storage
 
 ENVELOPE_SCHEMA = T.StructType(
     [
@@ -55,6 +60,13 @@ MESSAGE_COLUMNS = (
     "file",
 )
 _LINES_SCHEMA = "file_uri string, value binary"
+_LINES_ARROW_SCHEMA = pyarrow.schema([("file_uri", pyarrow.string()), ("value", pyarrow.binary())])
+_LINES_PER_BATCH = 10_000
+_REPORT_FIELDS = ("size", "gzip", "format", "lines", "content_bytes", "damage")
+_REPORT_SCHEMA = (
+    "uri string, size bigint, gzip boolean, format string, lines bigint, "
+    "content_bytes bigint, damage string"
+)
 _FILES_SCHEMA = "file_uri string, file string, name_topic string, host string, name_time timestamp"
 
 
@@ -62,43 +74,94 @@ _FILES_SCHEMA = "file_uri string, file string, name_topic string, host string, n
 class ArchiveFile:
     """A scanned file and what its name says."""
 
+    uri: str  # as Hadoop names it (nsqtools.spark.storage)
     report: FileReport
     topic: str | None = None
     host: str | None = None
     when: datetime | None = None  # aware
-
-    @property
-    def uri(self) -> str:
-        """The file as Spark's readers name it (input_file_name)."""
-        return "file://" + self.report.path
-
-
-_GLOB_CHARACTERS = re.compile(r"([\\{}\[\]*?])")
-
-
-def local_uri(path: Path, *, to_read: bool) -> str:
-    """A local path as Hadoop takes it: not percent-encoded (a partition directory
-    topic=x stays so), and, to read, with the characters its readers glob escaped."""
-    text = str(path.absolute())
-    return "file://" + (_GLOB_CHARACTERS.sub(r"\\\1", text) if to_read else text)
 
 
 class UnnamedArchives(NsqError):
     """Raw archives whose names do not say their topic: one line for the user."""
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A file a source names: its URI, and its name relative to the source (the
+    directory listed, or the file's own directory), the name nsq_to_file gave it."""
+
+    uri: str
+    relative_name: str
+
+
+def list_sources(spark: SparkSession, sources: Sequence[str]) -> dict[str, list[Listed]]:
+    """The files each source names (a local path or any Hadoop URI, a file or a
+    directory listed to its depth), hidden ones aside, in a stable order; listed by
+    Spark, so through Hadoop's FileSystem wherever the source is."""
+    if not sources:
+        return {}
+    reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+    frames = []
+    for index, source in enumerate(sources):
+        uri = storage.location_uri(source)
+        readable = storage.to_read(uri) if storage.is_local(uri) else uri
+        try:
+            frame = reader.load(readable)
+        except AnalysisException as error:
+            raise _source_error(source, error) from None
+        frames.append(frame.select(F.lit(index).alias("source"), "path"))
+    try:
+        rows = functools.reduce(DataFrame.unionByName, frames).collect()
+    except AnalysisException as error:
+        raise _source_error(", ".join(sources), error) from None
+    listed: dict[str, list[Listed]] = {source: [] for source in sources}
+    for row in sorted(rows, key=lambda row: (row.source, row.path)):
+        source = sources[row.source]
+        listed[source].append(Listed(row.path, _relative_name(source, row.path)))
+    return listed
+
+
+def is_compacted(listed: Sequence[Listed]) -> bool:
+    """Files of a directory nsq archive compact wrote: partition directories topic=…,
+    or Parquet files; read as a table, not as archives."""
+    return any(
+        file.relative_name.startswith("topic=") or file.relative_name.endswith(".parquet")
+        for file in listed
+    )
+
+
+def _source_error(source: str, error: AnalysisException) -> SourceError:
+    if error.getCondition() == "PATH_NOT_FOUND":
+        return SourceError(f"{source}: no such file or directory")
+    return SourceError(f"{source}: {_first_line(error)}")
+
+
+def _first_line(error: Exception) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+
+
+def _relative_name(source: str, uri: str) -> str:
+    """uri's name relative to source: below a directory, its path under it; a file
+    named itself (or matched by a glob), its base name."""
+    root = urlsplit(storage.location_uri(source)).path.rstrip("/") + "/"
+    path = urlsplit(uri).path
+    return path[len(root) :] if path.startswith(root) else path.rsplit("/", 1)[-1]
+
+
 def find_archives(
-    sources: Iterable[str], names: NameParser, format: Format | None = None
+    spark: SparkSession,
+    listed: Sequence[Listed],
+    names: NameParser,
+    format: Format | None = None,
 ) -> list[ArchiveFile]:
-    """The archives sources name, each scanned (in threads: inflating releases the GIL)
-    and its name read. A raw archive must have its topic in its name; an envelope
-    carries its own."""
-    found = archive_files(sources)
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        reports = list(pool.map(functools.partial(scan, format=format), found))
+    """The listed archives, each scanned (in Spark's tasks, where the files are) and its
+    name read. A raw archive must have its topic in its name; an envelope carries its
+    own."""
+    reports = _scanned(spark, [file.uri for file in listed], format)
     files = []
-    for report, relative_name in zip(reports, found.values(), strict=True):
-        name = names.parse(relative_name)
+    for file in listed:
+        report = reports[file.uri]
+        name = names.parse(file.relative_name)
         if name is None and report.format == "raw":
             raise UnnamedArchives(
                 f"{report.path}: a raw archive whose name --filename-format does not "
@@ -106,10 +169,54 @@ def find_archives(
                 "--datetime-format those nsq_to_file ran with?)"
             )
         if name is None:
-            files.append(ArchiveFile(report))
+            files.append(ArchiveFile(file.uri, report))
         else:
-            files.append(ArchiveFile(report, name.topic, name.host, name.when))
+            files.append(ArchiveFile(file.uri, report, name.topic, name.host, name.when))
     return files
+
+
+def _scanned(
+    spark: SparkSession, uris: Sequence[str], format: Format | None
+) -> dict[str, FileReport]:
+    """Each file's report, by URI: one Spark job, the files read in Python tasks."""
+    if not uris:
+        return {}
+    contents = _contents(spark, uris)
+    scanned = contents.mapInArrow(functools.partial(_scan_batches, format), _REPORT_SCHEMA)
+    return {
+        row.uri: FileReport(
+            path=storage.shown(row.uri),
+            size=row.size,
+            gzip=row.gzip,
+            format=row.format,
+            lines=row.lines,
+            content_bytes=row.content_bytes,
+            damage=row.damage,
+        )
+        for row in scanned.collect()
+    }
+
+
+def _contents(spark: SparkSession, uris: Sequence[str]) -> DataFrame:
+    """Each file's URI and bytes (Spark packs small files into one task, a large one
+    has its own: a task holds about spark.sql.files.maxPartitionBytes of them)."""
+    files = spark.read.format("binaryFile").load([storage.to_read(uri) for uri in uris])
+    return files.select(F.col("path").alias("uri"), "content")
+
+
+def _scan_batches(format: Format | None, batches: Iterable[Any]) -> Iterator[Any]:
+    import pyarrow
+
+    for batch in batches:
+        reports = [
+            scan(io.BytesIO(content), "", format) for content in batch.column("content").to_pylist()
+        ]
+        yield pyarrow.RecordBatch.from_pylist(
+            [
+                {"uri": uri, **{key: getattr(report, key) for key in _REPORT_FIELDS}}
+                for uri, report in zip(batch.column("uri").to_pylist(), reports, strict=True)
+            ]
+        )
 
 
 def read_messages(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
@@ -160,7 +267,7 @@ def _envelopes(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
     parts = []
     if native:
         reader = spark.read.schema(ENVELOPE_SCHEMA).option("lineSep", "\n")
-        parts.append(reader.json(native).withColumn("file_uri", F.input_file_name()))
+        parts.append(reader.json(native).withColumn("file_uri", _file_uri()))
     if other:
         parsed = F.from_json(F.col("value").cast("string"), ENVELOPE_SCHEMA).alias("m")
         lines = _python_lines(spark, other)
@@ -188,7 +295,7 @@ def _raw_bodies(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
     parts = []
     if native:
         text = spark.read.option("lineSep", "\n").text(native)
-        parts.append(text.select(F.input_file_name().alias("file_uri"), _as_binary("value")))
+        parts.append(text.select(_file_uri().alias("file_uri"), _as_binary("value")))
     if other:
         parts.append(_python_lines(spark, other))
     lines = functools.reduce(DataFrame.unionByName, parts)
@@ -209,6 +316,12 @@ def _raw_bodies(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
     )
 
 
+def _file_uri() -> Column:
+    """A row's file as Spark's readers name it: for a plain path, its URI as Hadoop
+    prints it (the form listings give)."""
+    return F.col("_metadata.file_path")
+
+
 def _as_binary(column: str) -> Column:
     """A text line as its bytes: the cast keeps them as read, valid UTF-8 or not."""
     return F.col(column).cast("binary").alias(column)
@@ -222,12 +335,21 @@ def _by_reader(files: Sequence[ArchiveFile]) -> tuple[list[str], list[ArchiveFil
 
 
 def _python_lines(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
-    """The whole lines of files read in Python tasks, one task per file."""
-    named = [(file.uri, file.report.path) for file in files]
-    lines = spark.sparkContext.parallelize(named, len(named)).flatMap(_lines_of)
-    return spark.createDataFrame(lines, _LINES_SCHEMA)
+    """The whole lines of files, read in Python tasks."""
+    return _contents(spark, [file.uri for file in files]).mapInArrow(_lines_of, _LINES_SCHEMA)
 
 
-def _lines_of(named: tuple[str, str]) -> Iterator[tuple[str, bytes]]:
-    uri, path = named
-    return ((uri, line) for line in whole_lines(path))
+def _lines_of(batches: Iterable[Any]) -> Iterator[Any]:
+    import pyarrow
+
+    for batch in batches:
+        for uri, content in zip(
+            batch.column("uri").to_pylist(), batch.column("content").to_pylist(), strict=True
+        ):
+            lines = list(whole_lines(io.BytesIO(content)))
+            for start in range(0, len(lines), _LINES_PER_BATCH):
+                chunk = lines[start : start + _LINES_PER_BATCH]
+                yield pyarrow.RecordBatch.from_pydict(
+                    {"file_uri": [uri] * len(chunk), "value": chunk},
+                    schema=_LINES_ARROW_SCHEMA,
+                )

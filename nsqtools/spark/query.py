@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,7 +30,7 @@ def source_messages(
     """Archives' messages (read_messages' columns, `malformed` included) and the rows of
     compacted directories (none malformed) together."""
     parts = [
-        read_compacted(spark, Path(directory).absolute())
+        read_compacted(spark, directory)
         .select(*MESSAGE_COLUMNS)
         .withColumn("malformed", F.lit(False))
         for directory in compacted

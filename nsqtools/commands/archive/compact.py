@@ -6,7 +6,6 @@ summary: files, damaged files, rows read, left out and written, partitions.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -21,6 +20,7 @@ from nsqtools.commands.archive.jobs import (
 )
 from nsqtools.commands.cluster_cli import Column, Table, print_tables
 from nsqtools.commands.front import CONTEXT_SETTINGS
+from nsqtools.spark.storage import location_uri, shown
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     "--out",
     "out",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Output directory: Parquet under topic=T/date=YYYY-MM-DD/hour=H/ (UTC).",
+    metavar="DIR",
+    help="Output directory, a local path or a Hadoop URI (s3a://bucket/prefix, "
+    "hdfs://...): Parquet under topic=T/date=YYYY-MM-DD/hour=H/ (UTC).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @archive_options
@@ -51,11 +52,12 @@ def command(**options: Any) -> None:
     archives compacted again replaced. Each partition is replaced whole: a job killed
     halfway leaves no partial partition, and the same input gives the same rows.
     """
-    out: Path = options["out"].absolute()
+    out = location_uri(options["out"])
+    conf = options["conf"]
     run = run_job(
         options,
         find_archives(options),
-        lambda spark, files: _compact(spark, files, out),
+        lambda spark, files: _compact(spark, files, out, conf),
         consoles.stderr(),
     )
     outcome = run.result
@@ -65,12 +67,17 @@ def command(**options: Any) -> None:
         print_tables(_summary_tables(outcome, out))
 
 
-def _compact(spark: SparkSession, files: list[ArchiveFile], out: Path) -> Scanned[Compacted]:
+def _compact(
+    spark: SparkSession, files: list[ArchiveFile], out: str, conf: tuple[str, ...]
+) -> Scanned[Compacted]:
     from nsqtools.spark.compact import compact
     from nsqtools.spark.messages import read_messages
+    from nsqtools.spark.session import parse_conf
+    from nsqtools.spark.storage import Storage
 
+    store = Storage.of(spark, parse_conf(conf))
     sources = [file.report.path for file in files]
-    return Scanned(files, compact(spark, read_messages(spark, files), out, sources))
+    return Scanned(files, compact(spark, store, read_messages(spark, files), out, sources))
 
 
 def _raw_files(files: list[ArchiveFile]) -> int:
@@ -92,9 +99,10 @@ def _summary_json(outcome: Scanned[Compacted], seconds: dict[str, float]) -> dic
     }
 
 
-def _summary_tables(outcome: Scanned[Compacted], out: Path) -> list[Table]:
+def _summary_tables(outcome: Scanned[Compacted], out: str) -> list[Table]:
     compacted = outcome.result
-    summary = Table([Column("what"), Column("count", numeric=True)], title=f"Compacted into {out}")
+    title = f"Compacted into {shown(out)}"
+    summary = Table([Column("what"), Column("count", numeric=True)], title=title)
     rows = [
         ("files", len(outcome.files)),
         ("damaged files (their whole lines used)", len(outcome.damaged())),

@@ -2,16 +2,16 @@
 a SparkSession with a progress display on stderr (a terminal only), Spark's failures
 as one line, and the first SIGINT/SIGTERM cancelling the job (exit 1, said in a line).
 
-The session is started while the archives are scanned (both take seconds); a session
-that already exists (spark-submit's, or a test run's) is used and left running.
+The archives are listed and scanned by Spark once the session has started (they may be
+anywhere Hadoop reaches); a session that already exists (spark-submit's, or a test
+run's) is used and left running.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from rich.console import Console
 
-    from nsqtools.spark.messages import ArchiveFile
+    from nsqtools.archive.nameparsing import NameParser
+    from nsqtools.archive.reading import Format
+    from nsqtools.spark.messages import ArchiveFile, Listed
     from nsqtools.spark.progress import StageProgress
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -141,9 +143,50 @@ class JobRun(Generic[T]):
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def find_archives(options: dict[str, Any]) -> Callable[[], list[ArchiveFile]]:
-    """The scan of the archives options name, checked now and run later (beside the
-    session's start)."""
+def find_archives(options: dict[str, Any]) -> Callable[[SparkSession], list[ArchiveFile]]:
+    """The scan of the archives options name, its options checked now, run on the
+    session once it has started."""
+    names, archive_format = _archive_reading(options)
+
+    def scan(spark: SparkSession) -> list[ArchiveFile]:
+        from nsqtools.spark.messages import find_archives as scanned
+        from nsqtools.spark.messages import list_sources
+
+        listed = list_sources(spark, options["sources"])
+        return scanned(spark, _once(listed.values()), names, archive_format)
+
+    return scan
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What SRC... names: archive files (scanned), and directories compact wrote (their
+    URIs, read as tables)."""
+
+    archives: list[ArchiveFile]
+    compacted: list[str]
+
+
+def find_sources(options: dict[str, Any]) -> Callable[[SparkSession], Sources]:
+    """As find_archives, with the directories compact wrote set apart (read as tables)."""
+    names, archive_format = _archive_reading(options)
+
+    def scan(spark: SparkSession) -> Sources:
+        from nsqtools.spark.messages import find_archives as scanned
+        from nsqtools.spark.messages import is_compacted, list_sources
+        from nsqtools.spark.storage import location_uri
+
+        listed = list_sources(spark, options["sources"])
+        compacted = [source for source, files in listed.items() if is_compacted(files)]
+        archives = [files for source, files in listed.items() if source not in compacted]
+        found = scanned(spark, _once(archives), names, archive_format)
+        return Sources(found, [location_uri(source) for source in compacted])
+
+    return scan
+
+
+def _archive_reading(options: dict[str, Any]) -> tuple[NameParser, Format | None]:
+    """How the archives' names and lines are read, from the options (checked)."""
     from nsqtools.archive.nameparsing import NameParser
     from nsqtools.archive.names import BadName
 
@@ -156,41 +199,27 @@ def find_archives(options: dict[str, Any]) -> Callable[[], list[ArchiveFile]]:
     except BadName as error:
         fail(str(error))
     archive_format = None if options["archive_format"] == "auto" else options["archive_format"]
-
-    def scan() -> list[ArchiveFile]:
-        from nsqtools.spark.messages import find_archives as found
-
-        return found(options["sources"], names, archive_format)
-
-    return scan
+    return names, archive_format
 
 
-@dataclass(frozen=True)
-class Sources:
-    """What SRC... names: archive files (scanned), and directories compact wrote."""
-
-    archives: list[ArchiveFile]
-    compacted: list[str]
-
-
-def find_sources(options: dict[str, Any]) -> Callable[[], Sources]:
-    """As find_archives, with the directories compact wrote set apart (read as tables)."""
-    from nsqtools.archive.reading import is_compacted
-
-    compacted = [source for source in options["sources"] if is_compacted(source)]
-    others = tuple(source for source in options["sources"] if source not in compacted)
-    scan = find_archives({**options, "sources": others}) if others else list
-    return lambda: Sources(scan(), compacted)
+def _once(listings: Iterable[list[Listed]]) -> list[Listed]:
+    """The files of every source, each once (sources may overlap)."""
+    files: dict[str, Listed] = {}
+    for listed in listings:
+        for file in listed:
+            files.setdefault(file.uri, file)
+    return list(files.values())
 
 
 def run_job(
     options: dict[str, Any],
-    prepare: Callable[[], Any],
+    prepare: Callable[[SparkSession], Any],
     job: Callable[[SparkSession, Any], T],
     console: Console,
 ) -> JobRun[T]:
-    """Start Spark while prepare() runs, then job(session, prepared), with progress on
-    the console; Spark's failures end the command in one line."""
+    """Start Spark, then prepare(session) (the scan of the sources) and job(session,
+    prepared), with progress on the console; Spark's failures end the command in one
+    line."""
     try:
         from nsqtools.spark import session
     except ImportError:
@@ -199,22 +228,23 @@ def run_job(
     log_file = session.default_log_file()
     seconds: dict[str, float] = {}
     stop = _JobStop()
+    started = time.perf_counter()
     try:
         with StopCalls(stop.now), _Progress(console) as progress:
-            progress.status("starting Spark and scanning the archives")
-            with ThreadPoolExecutor(1) as pool:
-                prepared = pool.submit(_timed, prepare)
-                started = time.perf_counter()
-                spark, existed = session.start(settings, log_file)
-                seconds["session"] = time.perf_counter() - started
-                value, seconds["scan"] = prepared.result()
-            started = time.perf_counter()
+            progress.status("starting Spark")
+            spark, existed = session.start(settings, log_file)
+            seconds["session"] = time.perf_counter() - started
             try:
                 stop.spark = spark
                 stop.check()
+                started = time.perf_counter()
+                value = progress.follow(spark, lambda: prepare(spark))
+                seconds["scan"] = time.perf_counter() - started
+                stop.check()
+                started = time.perf_counter()
                 result = progress.follow(spark, lambda: job(spark, value))
-            finally:
                 seconds["job"] = time.perf_counter() - started
+            finally:
                 if not existed:
                     spark.stop()
     except Exception as error:
@@ -259,11 +289,6 @@ def _settings(options: dict[str, Any]) -> Any:
     return SparkSettings(master=options["master"], conf=conf, verbose=options["verbose"])
 
 
-def _timed(call: Callable[[], T]) -> tuple[T, float]:
-    started = time.perf_counter()
-    return call(), time.perf_counter() - started
-
-
 def _first_line(error: Exception) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
@@ -276,6 +301,7 @@ class _Progress:
         self.console = console
         self._live: Any = None
         self._tasks: dict[int, Any] = {}
+        self._status: Any = None
 
     def __enter__(self) -> _Progress:
         if self.console.is_terminal:
@@ -304,7 +330,9 @@ class _Progress:
             return job()
         from nsqtools.spark.progress import watched
 
-        self._live.remove_task(self._status)
+        if self._status is not None:
+            self._live.remove_task(self._status)
+            self._status = None
         with watched(spark, self._show):
             return job()
 

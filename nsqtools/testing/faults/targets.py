@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from nsqtools.archive.reading import scan, whole_lines
+from nsqtools.archive.reading import scan_file, whole_lines
 from nsqtools.httpapi import nsqd as nsqd_api
 from nsqtools.httpapi.call import send_sync
 from nsqtools.testing.binaries import find_binary, our_tool
@@ -299,11 +299,12 @@ class ToFileTarget(ConsumingTarget):
     def output(self) -> Counter[bytes]:
         lines: Counter[bytes] = Counter()
         for path in self._files():
-            lines.update(whole_lines(str(path)))
+            with path.open("rb") as file:
+                lines.update(whole_lines(file))
         return lines
 
     def damaged(self) -> list[str]:
-        reports = (scan(str(path)) for path in self._files())
+        reports = (scan_file(str(path)) for path in self._files())
         return [f"{report.path}: {report.damage}" for report in reports if report.damage]
 
     def close(self) -> None:
