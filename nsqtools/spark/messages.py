@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -59,6 +60,8 @@ MESSAGE_COLUMNS = (
     "body",
     "file",
 )
+# What S3A needs beside PySpark's own Hadoop (the version PySpark's jars/ has).
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 _LINES_SCHEMA = "file_uri string, value binary"
 _LINES_ARROW_SCHEMA = pyarrow.schema([("file_uri", pyarrow.string()), ("value", pyarrow.binary())])
 _LINES_PER_BATCH = 10_000
@@ -107,12 +110,12 @@ def list_sources(spark: SparkSession, sources: Sequence[str]) -> dict[str, list[
         readable = storage.to_read(uri) if storage.is_local(uri) else uri
         try:
             frame = reader.load(readable)
-        except AnalysisException as error:
+        except (AnalysisException, Py4JJavaError) as error:
             raise _source_error(source, error) from None
         frames.append(frame.select(F.lit(index).alias("source"), "path"))
     try:
         rows = functools.reduce(DataFrame.unionByName, frames).collect()
-    except AnalysisException as error:
+    except (AnalysisException, Py4JJavaError) as error:
         raise _source_error(", ".join(sources), error) from None
     listed: dict[str, list[Listed]] = {source: [] for source in sources}
     for row in sorted(rows, key=lambda row: (row.source, row.path)):
@@ -130,14 +133,20 @@ def is_compacted(listed: Sequence[Listed]) -> bool:
     )
 
 
-def _source_error(source: str, error: AnalysisException) -> SourceError:
-    if error.getCondition() == "PATH_NOT_FOUND":
+def _source_error(source: str, error: Exception) -> SourceError:
+    """What a source's listing failed on, in a line: Spark's message, or for a failure in
+    the JVM (a store it cannot reach) the Java exception's own."""
+    if isinstance(error, AnalysisException) and error.getCondition() == "PATH_NOT_FOUND":
         return SourceError(f"{source}: no such file or directory")
-    return SourceError(f"{source}: {_first_line(error)}")
+    java = getattr(error, "java_exception", None)
+    reason = _first_line(str(java) if java is not None else str(error))
+    if source.startswith("s3a:") and ("S3AFileSystem" in reason or "No FileSystem" in reason):
+        reason += f" (S3A needs --conf spark.jars.packages={HADOOP_AWS})"
+    return SourceError(f"{source}: {reason}")
 
 
-def _first_line(error: Exception) -> str:
-    return next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def _relative_name(source: str, uri: str) -> str:
