@@ -162,3 +162,32 @@ def test_an_hour_compacted_in_two_runs_gives_what_one_run_gives(
     summary(nsq_archive("compact", str(raw), str(second), "--out", str(in_two), "--json"))
     assert written_rows(spark, in_two) == written_rows(spark, in_one)
     assert len(written_rows(spark, in_one)) == 5
+
+
+def test_file_uris_read_and_write_as_local_paths_do(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    """A source and --out given as file:// URIs (Hadoop's names) are the same places as
+    the paths: the same rows, the files named by their paths, nothing written to a
+    directory named after the URI."""
+    source = tmp_path / "src"
+    source.mkdir()
+    envelopes(source / "orders.h-000000.2026-11-23_00.log.gz", [message(0), message(1)])
+    by_path = summary(nsq_archive("compact", str(source), "--out", str(tmp_path / "a"), "--json"))
+    by_uri = summary(
+        nsq_archive("compact", source.as_uri(), "--out", (tmp_path / "b").as_uri(), "--json")
+    )
+    assert {**by_uri, "seconds": None} == {**by_path, "seconds": None}
+    assert written_rows(spark, tmp_path / "b") == written_rows(spark, tmp_path / "a")
+    files = {row.file for row in spark.read.parquet(str(tmp_path / "b")).collect()}
+    assert files == {str(source / "orders.h-000000.2026-11-23_00.log.gz")}
+
+
+def test_a_store_spark_has_no_filesystem_for_is_one_line_saying_what_it_needs(
+    tmp_path: Path, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    run = nsq_archive("stats", "s3a://bucket/archives")
+    assert run.exit_code == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("nsq archive: error: s3a://bucket/archives: ")
+    assert "spark.jars.packages=org.apache.hadoop:hadoop-aws:3.5.0" in line

@@ -28,7 +28,9 @@ LOCAL_SCHEME = "file:"
 def location_uri(location: str) -> str:
     """A SRC or --out as Hadoop takes it: a URI as given (without a trailing slash), a
     local path made absolute, as file:/path (the form Hadoop prints)."""
-    if _SCHEME.match(location):
+    if location.startswith(LOCAL_SCHEME + "///"):  # file:///x is file:/x
+        location = location[len(LOCAL_SCHEME) + 2 :]
+    elif _SCHEME.match(location):
         return location.rstrip("/") if location.rstrip("/")[-1:] != ":" else location
     return LOCAL_SCHEME + os.path.abspath(location)
 
