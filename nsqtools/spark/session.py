@@ -1,24 +1,35 @@
-"""The SparkSession an archive job runs on.
+"""The SparkSession an archive job runs on: a classic one, whose JVM this process starts
+(or spark-submit started), or a Spark Connect client of a server elsewhere.
 
---master (local[*] by default; spark-submit's own when run through it), --conf key=value
-pairs, and defaults that suit a command-line job: no web UI and no console progress bar
-(the command shows its own), UTC as the session's time zone (partitions by date and
-hour are UTC's), Python workers on this interpreter, the parallel collector, and a
-class-data archive (classdata.py) for a quicker start. Spark's own logs are quiet: its
-JVM writes them to a log file unless the user asks to see them.
+Where the job runs is read as spark-submit reads it (resolve()): --remote or --master on
+the command line, else --conf spark.remote or spark.master, else the SPARK_REMOTE
+environment variable; a URL sc://host:port names a Spark Connect server. Without any,
+--master local[*] (spark-submit's own master when run through it).
+
+A classic session gets the --conf pairs, and defaults that suit a command-line job: no
+web UI and no console progress bar (the command shows its own), UTC as the session's
+time zone (partitions by date and hour are UTC's), Python workers on this interpreter,
+the parallel collector, and a class-data archive (classdata.py) for a quicker start.
+Spark's own logs are quiet: its JVM writes them to a log file unless the user asks to
+see them. A Connect session gets the time zone and the --conf pairs as runtime settings
+(the server refuses the others, in one line); its server's JVM is not ours to set up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -27,6 +38,17 @@ from pyspark.sql import SparkSession
 from nsqtools.spark import classdata
 
 DEFAULT_MASTER = "local[*]"
+CONNECT_SCHEME = "sc://"
+REMOTE_ENV = "SPARK_REMOTE"
+_REMOTE_CONF = "spark.remote"
+_MASTER_CONF = "spark.master"
+_TIME_ZONE = "spark.sql.session.timeZone"
+# A Connect client retries a call to a server that does not answer for ten minutes; the
+# first call of a command gives up within about a second (retried after 100, 400 ms).
+_FIRST_CALL_RETRIES = 2
+_GRPC_STATUS = re.compile(r"status = StatusCode\.(\w+)")
+_GRPC_DETAILS = re.compile(r'details = "(.*)"')
+_CONNECT_ADDRESS = re.compile(r"sc://[^/;?]*")
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j")
@@ -34,7 +56,7 @@ _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.session.timeZone": "UTC",
+    _TIME_ZONE: "UTC",
     # The parallel collector: a batch job's throughput, not G1's pause times (measured:
     # compact of 2M envelopes 16.7 s against 18.5 s on 2 cores).
     _JAVA_OPTIONS: (f"-Dlog4j2.configurationFile={_LOG4J_CONFIG.as_uri()} -XX:+UseParallelGC"),
@@ -42,12 +64,17 @@ _DEFAULT_CONF = {
 
 
 class ConfError(ValueError):
-    """A --conf that is not key=value."""
+    """A --conf that is not key=value, or settings naming two places to run."""
+
+
+class ConnectServerUnreachable(Exception):
+    """A Spark Connect server that does not answer: one line, naming it."""
 
 
 @dataclass(frozen=True)
 class SparkSettings:
     master: str | None = None  # None: spark-submit's, or DEFAULT_MASTER
+    remote: str | None = None  # a Spark Connect server's URL (sc://host:port)
     conf: dict[str, str] = field(default_factory=dict)
     verbose: bool = False  # Spark's warnings and its JVM's output on stderr
 
@@ -63,6 +90,43 @@ def parse_conf(pairs: tuple[str, ...]) -> dict[str, str]:
     return conf
 
 
+def resolve(settings: SparkSettings, environ: Mapping[str, str] = os.environ) -> SparkSettings:
+    """The settings with where to run decided, as spark-submit decides it: the first of
+    the command line (remote, master), --conf (spark.remote, spark.master) and the
+    environment (SPARK_REMOTE) that names a place wins; a master sc://... is a Connect
+    server. Then remote or master is set (or neither: the default master), and conf
+    holds neither spark.remote nor spark.master."""
+    conf = dict(settings.conf)
+    places = [  # (the remote's name, the remote, the master's name, the master)
+        ("--remote", settings.remote, "--master", settings.master),
+        (
+            f"--conf {_REMOTE_CONF}",
+            conf.pop(_REMOTE_CONF, None),
+            f"--conf {_MASTER_CONF}",
+            conf.pop(_MASTER_CONF, None),
+        ),
+        (REMOTE_ENV, environ.get(REMOTE_ENV) or None, "", None),
+    ]
+    for remote_name, remote, master_name, master in places:
+        if remote and master:
+            raise ConfError(f"{remote_name} and {master_name}: give one of them")
+        if master and master.startswith(CONNECT_SCHEME):
+            remote_name, remote, master = master_name, master, None
+        if remote and not remote.startswith(CONNECT_SCHEME):
+            # Not shown: a URL may hold a token.
+            raise ConfError(f"{remote_name}: a Spark Connect URL begins with {CONNECT_SCHEME}")
+        if remote or master:
+            return dataclasses.replace(settings, remote=remote, master=master, conf=conf)
+    return dataclasses.replace(settings, remote=None, master=None, conf=conf)
+
+
+def connect_address(url: str) -> str:
+    """A Connect URL as it can be shown: sc://host:port, without its parameters (a
+    token among them)."""
+    found = _CONNECT_ADDRESS.match(url)
+    return found[0] if found else CONNECT_SCHEME
+
+
 def under_spark_submit() -> bool:
     """spark-submit started the JVM and runs this interpreter as its Python driver."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -70,12 +134,17 @@ def under_spark_submit() -> bool:
 
 def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkSession, bool]:
     """The session the job runs on, and whether it was there already (spark-submit's, a
-    test run's: its owner stops it); the JVM's output goes to log_file unless verbose."""
+    test run's: its owner stops it); a classic session's JVM writes its output to
+    log_file unless verbose."""
     if not settings.verbose:
-        _quiet_python_loggers()
+        _quiet_pyspark()
     existing = SparkSession.getActiveSession()
     if existing is not None:
         return existing, True
+    settings = resolve(settings)
+    if settings.remote is not None:
+        return _connect(settings.remote, settings.conf), False
+    os.environ.pop(REMOTE_ENV, None)  # PySpark's builder would go there, whatever we chose
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("nsq archive")
     launching = not under_spark_submit()  # else spark-submit launched the JVM
@@ -94,6 +163,51 @@ def start(settings: SparkSettings, log_file: Path | None = None) -> tuple[SparkS
     return session, False
 
 
+def _connect(url: str, conf: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session on the server at url, in UTC, with the conf's (runtime)
+    settings; a server that does not answer its first call is a ConnectServerUnreachable."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # PySpark's own builder: it also tells pyspark.sql.functions to build Connect's
+    # columns from now on.
+    session = cast(ConnectSession, SparkSession.builder.remote(url).getOrCreate())
+    client = session.client
+    patient = client.get_retry_policies()
+    client.set_retry_policies([DefaultPolicy(max_retries=_FIRST_CALL_RETRIES, initial_backoff=100)])
+    try:
+        session.conf.set(_TIME_ZONE, "UTC")  # the first call: the server answers, or not
+    except PySparkException as error:
+        client.close()
+        address = connect_address(url)
+        raise ConnectServerUnreachable(
+            f"no Spark Connect server answers at {address}: {error_line(error)}"
+        ) from None
+    finally:
+        client.set_retry_policies(patient)
+    try:
+        for key, value in conf.items():
+            session.conf.set(key, value)
+    except PySparkException:
+        session.stop()
+        raise
+    # The classic type names what both share, which is all the jobs use.
+    return cast(SparkSession, session)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect session (no SparkContext, no RDDs, no JVM of ours)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
+def cancel_jobs(spark: SparkSession) -> None:
+    """Cancel what the session is running (from any thread)."""
+    if is_connect(spark):
+        spark.interruptAll()
+    else:
+        spark.sparkContext.cancelAllJobs()
+
+
 @contextlib.contextmanager
 def _sigint_kept() -> Iterator[None]:
     """Keep the program's SIGINT handler over a SparkContext's start: PySpark installs
@@ -108,11 +222,12 @@ def _sigint_kept() -> Iterator[None]:
             signal.signal(signal.SIGINT, handler)
 
 
-def _quiet_python_loggers() -> None:
-    """PySpark's Python side logs a failed query's context as JSON on stderr; the
-    command says it in one line."""
+def _quiet_pyspark() -> None:
+    """PySpark's Python side logs a failed query's context as JSON on stderr, and its
+    Connect client warns as it gives up retrying; the command says it in one line."""
     for name in _PYSPARK_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    warnings.filterwarnings("ignore", module=r"pyspark\.")
 
 
 def _jvm_pid(session: SparkSession) -> int:
@@ -123,8 +238,24 @@ def _jvm_pid(session: SparkSession) -> int:
 
 
 def is_spark_error(error: BaseException) -> bool:
-    """A failure Spark reports (a job, the JVM, a query): one line for the user."""
-    return isinstance(error, PySparkException | Py4JError)
+    """A failure Spark reports (a job, the JVM, a query, a Connect server): one line
+    for the user (error_line)."""
+    kinds: tuple[type[BaseException], ...] = (PySparkException, Py4JError, ConnectServerUnreachable)
+    grpc = sys.modules.get("grpc")  # loaded by a Connect client only, whose calls raise it
+    if grpc is not None:
+        kinds += (grpc.RpcError,)
+    return isinstance(error, kinds)
+
+
+def error_line(error: BaseException) -> str:
+    """A Spark failure in one line: its first, or a gRPC call's status and details
+    (which a Connect client's errors give as a many-line repr)."""
+    text = str(error)
+    status, details = _GRPC_STATUS.search(text), _GRPC_DETAILS.search(text)
+    if status is not None and details is not None:
+        return f"{status[1]}: {details[1]}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def default_log_file() -> Path:

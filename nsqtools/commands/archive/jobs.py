@@ -84,8 +84,15 @@ def spark_options(function: F) -> F:
     decorators = [
         click.option(
             "--master",
-            help="Spark master URL: local[N], spark://host:port, yarn... "
-            "[default: local[*], or spark-submit's]",
+            help="Spark master URL: local[N], spark://host:port, yarn..., or sc://host:port "
+            "(a Spark Connect server, as --remote).  [default: local[*], or spark-submit's]",
+        ),
+        click.option(
+            "--remote",
+            metavar="URL",
+            help="Run on a Spark Connect server, sc://host:port. Read as spark-submit reads "
+            "it: --remote or --master here, else --conf spark.remote (or spark.master), "
+            "else the SPARK_REMOTE environment variable.",
         ),
         click.option(
             "--conf",
@@ -251,7 +258,9 @@ def run_job(
         if not session.is_spark_error(error):
             raise
         stop.check()
-        fail(f"Spark: {_first_line(error)} (Spark's log: {log_file})")
+        # A classic session's JVM wrote there; a Connect server keeps its own log.
+        logged = f" (Spark's log: {log_file})" if log_file.exists() else ""
+        fail(f"Spark: {session.error_line(error)}{logged}")
     log_file.unlink(missing_ok=True)
     return JobRun(result, seconds)
 
@@ -269,8 +278,9 @@ class _JobStop:
     def now(self) -> None:
         self.stopped = True
         if self.spark is not None:
-            context = self.spark.sparkContext
-            threading.Thread(target=context.cancelAllJobs, daemon=True).start()
+            from nsqtools.spark.session import cancel_jobs
+
+            threading.Thread(target=cancel_jobs, args=(self.spark,), daemon=True).start()
 
     def check(self) -> None:
         """End the command if the stop came (a job that ended all the same has done its
@@ -280,18 +290,14 @@ class _JobStop:
 
 
 def _settings(options: dict[str, Any]) -> Any:
-    from nsqtools.spark.session import ConfError, SparkSettings, parse_conf
+    from nsqtools.spark.session import ConfError, SparkSettings, parse_conf, resolve
 
     try:
         conf = parse_conf(options["conf"])
+        given = SparkSettings(options["master"], options["remote"], conf, options["verbose"])
+        return resolve(given)
     except ConfError as error:
         fail(str(error))
-    return SparkSettings(master=options["master"], conf=conf, verbose=options["verbose"])
-
-
-def _first_line(error: Exception) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
 
 
 class _Progress:
