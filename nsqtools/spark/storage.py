@@ -93,8 +93,11 @@ class Storage:
         from pyspark.conf import SparkConf
         from pyspark.java_gateway import launch_gateway
 
+        from nsqtools.spark.session import default_log_file
+
         settings = SparkConf(loadDefaults=False).setAll(list(conf.items()))
-        gateway = launch_gateway(settings)  # type: ignore[no-untyped-call]
+        with default_log_file().open("ab") as log:  # its output, as a session's JVM's
+            gateway = launch_gateway(settings, {"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
         hadoop_conf = gateway.jvm.org.apache.hadoop.conf.Configuration()
         prefix = "spark.hadoop."
         for key, value in conf.items():
