@@ -84,12 +84,14 @@ class Storage:
         """The storage a session's jobs see; `conf`: the --conf settings it was given
         (a Connect session's own JVM needs them: its hadoop settings and jars)."""
         if is_connect(spark):
-            return cls._with_own_jvm(conf)
+            return cls.with_own_jvm(conf)
         hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
         return cls(spark._jvm, hadoop_conf)
 
     @classmethod
-    def _with_own_jvm(cls, conf: Mapping[str, str]) -> Storage:
+    def with_own_jvm(cls, conf: Mapping[str, str]) -> Storage:
+        """Storage through a JVM of this process's own (pyspark's gateway, no Spark
+        context), with the spark.jars and spark.hadoop.* settings of `conf`."""
         from pyspark.conf import SparkConf
         from pyspark.java_gateway import launch_gateway
 
