@@ -180,15 +180,27 @@ def durable_nsq() -> Iterator[LocalNsq]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An S3 server on loopback (moto) for the whole test run: the Spark session reads
+    and writes its s3a:// buckets."""
+    from nsqtools.testing.s3 import S3Server
+
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def spark(s3_server: Any) -> Iterator[Any]:
     """One SparkSession (local[2]) for the whole test run: its start costs seconds. The
     `nsq archive` commands run in-process use it (an existing session is theirs to use,
-    not to stop)."""
+    not to stop). It has the S3A jars and reaches the `s3_server` fixture's buckets: a
+    process has one SparkContext, whose jars are set at its start."""
     from nsqtools.spark.session import SparkSettings, start
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # one log per pytest worker
     log_file = Path(tempfile.gettempdir(), f"nsqtools-tests-spark-{worker}.log")
-    session, _existed = start(SparkSettings(master="local[2]"), log_file)
+    settings = SparkSettings(master="local[2]", conf=dict(s3_server.spark_conf))
+    session, _existed = start(settings, log_file)
     yield session
     session.stop()
 
