@@ -71,6 +71,8 @@ def _listed_jars(classpath: Path) -> list[Path]:
 
 
 class S3Server(StartsAndStops):
+    """moto's server: start() returns once it answers with signatures checked."""
+
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.endpoint = ""  # http://127.0.0.1:PORT
@@ -90,19 +92,22 @@ class S3Server(StartsAndStops):
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent(),
             )
-        found: list[str] = []
+        try:
+            wait_until(lambda: self._listening(log), START_TIMEOUT, "moto's server")
+            self._make_user_then_check_signatures()
+        except BaseException:
+            self.stop()
+            raise
 
-        def listening() -> bool:
-            if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(f"moto's server exited ({self._process.returncode}): see {log}")
-            match = _RUNNING_ON.search(log.read_text(errors="replace"))
-            if match is not None:
-                found.append(match[1])
-            return bool(found)
-
-        wait_until(listening, START_TIMEOUT, "moto's server")
-        self.endpoint = found[0]
-        self._make_user_then_check_signatures()
+    def _listening(self, log: Path) -> bool:
+        """Whether the server's log names its address (port 0: the system chose it)."""
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise RuntimeError(f"moto's server exited ({self._process.returncode}): see {log}")
+        running_on = _RUNNING_ON.search(log.read_text(errors="replace"))
+        if running_on is not None:
+            self.endpoint = running_on[1]
+        return running_on is not None
 
     def _make_user_then_check_signatures(self) -> None:
         """One IAM user allowed everything, whose key signs every request from now on."""
