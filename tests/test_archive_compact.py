@@ -181,13 +181,3 @@ def test_file_uris_read_and_write_as_local_paths_do(
     assert written_rows(spark, tmp_path / "b") == written_rows(spark, tmp_path / "a")
     files = {row.file for row in spark.read.parquet(str(tmp_path / "b")).collect()}
     assert files == {str(source / "orders.h-000000.2026-11-23_00.log.gz")}
-
-
-def test_a_store_spark_has_no_filesystem_for_is_one_line_saying_what_it_needs(
-    tmp_path: Path, nsq_archive: Callable[..., ArchiveRun]
-) -> None:
-    run = nsq_archive("stats", "s3a://bucket/archives")
-    assert run.exit_code == 1
-    (line,) = run.stderr.strip().splitlines()
-    assert line.startswith("nsq archive: error: s3a://bucket/archives: ")
-    assert "spark.jars.packages=org.apache.hadoop:hadoop-aws:3.5.0" in line

@@ -1,8 +1,9 @@
 """nsq archive on an object store: S3 (moto's server on loopback, nsqtools.testing.s3)
-through s3a:// URIs, as a user runs it (a process with the S3A --conf settings). Compact
-from and to s3a://, stats and sql over s3a:// sources, replay from s3a:// Parquet, each
-giving what the same local files give; a publish killed on S3 finished from its journal;
-a wrong secret said in one line that does not hold it."""
+through s3a:// URIs, on the test run's session (which has the S3A jars and settings).
+Compact from and to s3a://, stats and sql over s3a:// sources, replay from s3a://
+Parquet, each giving what the same local files give; a publish killed on S3 finished
+from its journal; a wrong secret, and S3A missing, said in one line (processes of their
+own: a session's S3A settings are fixed at its start)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import gzip
 import io
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pyarrow.parquet
 import pytest
 
 from nsqtools import formats
+from nsqtools.protocol import Message
 from nsqtools.spark import commit
 from nsqtools.spark.storage import Storage
 from nsqtools.testing import Nsqd, our_tool
@@ -26,7 +28,7 @@ from tests.conftest import ArchiveRun
 from tests.test_archive_compact import ORIGIN, message
 from tests.test_archive_replay import read_back
 
-# A JVM per command (S3A's jars are not in the test run's session), seconds each.
+# Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
 pytestmark = pytest.mark.slow
 
 BUCKET = "archive"
@@ -39,10 +41,10 @@ CUT = "orders.h-000002.2026-11-23_02.log.gz"
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with S3Server(tmp_path_factory.mktemp("s3")) as server:
-        server.create_bucket(BUCKET)
-        yield server
+def s3(s3_server: S3Server, spark: Any) -> S3Server:
+    """The run's S3 server, which the test run's session reaches, with the bucket."""
+    s3_server.create_bucket(BUCKET)
+    return s3_server
 
 
 @pytest.fixture(scope="module")
@@ -51,22 +53,28 @@ def archives(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Path:
     local = tmp_path_factory.mktemp("archives")
     for name, messages in ARCHIVES.items():
         (local / name).write_bytes(gzip.compress(formats.json_lines(messages, ORIGIN)))
-    cut = gzip.compress(formats.json_lines([message(index) for index in range(5, 900)], ORIGIN))
+    hour_2 = [Message(b"%016x" % index, message(4).timestamp, 1, b"cut") for index in range(5, 900)]
+    cut = gzip.compress(formats.json_lines(hour_2, ORIGIN))
     (local / CUT).write_bytes(cut[: len(cut) // 2])
     for path in local.iterdir():
         s3.put(BUCKET, f"in/{path.name}", path.read_bytes())
     return local
 
 
-def on_s3(s3: S3Server, *args: str) -> subprocess.CompletedProcess[str]:
-    """`nsq archive ARGS...` in a process of its own, with S3A pointed at the server."""
-    command = [*our_tool("nsq"), "archive", *args, "--master", "local[2]", *s3.conf_arguments]
+def in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`nsq archive ARGS...` in a process of its own (a session of its own)."""
+    command = [*our_tool("nsq"), "archive", *args, "--master", "local[1]"]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
 
-def succeeded(run: subprocess.CompletedProcess[str]) -> str:
-    assert run.returncode == 0, run.stderr
+def succeeded(run: ArchiveRun) -> str:
+    assert run.exit_code == 0, run.stderr
     return run.stdout
+
+
+def words(table: str) -> list[list[str]]:
+    """A printed table's lines by their words (column widths follow the longest name)."""
+    return [line.split() for line in table.splitlines()]
 
 
 def parquet_rows(s3: S3Server, prefix: str) -> list[dict[str, Any]]:
@@ -84,7 +92,7 @@ def parquet_rows(s3: S3Server, prefix: str) -> list[dict[str, Any]]:
 def test_compact_from_and_to_s3_gives_what_local_files_give(
     s3: S3Server, archives: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
 ) -> None:
-    run = on_s3(s3, "compact", f"s3a://{BUCKET}/in", "--out", f"s3a://{BUCKET}/out", "--json")
+    run = nsq_archive("compact", f"s3a://{BUCKET}/in", "--out", f"s3a://{BUCKET}/out", "--json")
     remote = json.loads(succeeded(run))
     local_out = archives.parent / "local-out"
     local = json.loads(
@@ -112,23 +120,23 @@ def test_compact_from_and_to_s3_gives_what_local_files_give(
 def test_stats_and_sql_over_s3_sources_give_what_local_files_give(
     s3: S3Server, archives: Path, nsq_archive: Callable[..., ArchiveRun]
 ) -> None:
-    assert succeeded(on_s3(s3, "stats", f"s3a://{BUCKET}/in")) == nsq_archive(
-        "stats", str(archives)
-    ).stdout.replace(str(archives), f"s3a://{BUCKET}/in")
+    remote = succeeded(nsq_archive("stats", f"s3a://{BUCKET}/in"))
+    local = succeeded(nsq_archive("stats", str(archives)))
+    assert words(remote) == words(local.replace(str(archives), f"s3a://{BUCKET}/in"))
     query = (
         "SELECT hour, count(*) AS n, sum(attempts) AS a FROM messages GROUP BY hour ORDER BY hour"
     )
-    remote = succeeded(on_s3(s3, "sql", query, f"s3a://{BUCKET}/in", "--output", "json"))
-    assert remote == nsq_archive("sql", query, str(archives), "--output", "json").stdout
+    remote = succeeded(nsq_archive("sql", query, f"s3a://{BUCKET}/in", "--output", "json"))
+    assert remote == succeeded(nsq_archive("sql", query, str(archives), "--output", "json"))
 
 
 def test_replay_from_s3_parquet_publishes_every_message(
-    s3: S3Server, archives: Path, nsqd: Nsqd
+    s3: S3Server, archives: Path, nsqd: Nsqd, nsq_archive: Callable[..., ArchiveRun]
 ) -> None:
     out = f"s3a://{BUCKET}/replayed"
-    succeeded(on_s3(s3, "compact", f"s3a://{BUCKET}/in", "--out", out))
+    succeeded(nsq_archive("compact", f"s3a://{BUCKET}/in", "--out", out))
     topic = "replayed"
-    run = on_s3(s3, "replay", out, "--topic", topic, "--nsqd-tcp-address", nsqd.tcp_address)
+    run = nsq_archive("replay", out, "--topic", topic, "--nsqd-tcp-address", nsqd.tcp_address)
     succeeded(run)
     rows = parquet_rows(s3, "replayed/")
     bodies = sorted(message.body for message in read_back(nsqd, topic, len(rows)))
@@ -158,13 +166,17 @@ def test_a_publish_killed_on_s3_is_finished_by_the_next_job(s3: S3Server, moved:
 
 def test_a_wrong_secret_is_one_line_without_the_secret(s3: S3Server, archives: Path) -> None:
     wrong = "not-the-secret-" + s3.secret_key[:8]
-    arguments = [
-        argument.replace(s3.secret_key, wrong) if argument.startswith("--conf") else argument
-        for argument in s3.conf_arguments
-    ]
-    command = [*our_tool("nsq"), "archive", "stats", f"s3a://{BUCKET}/in", *arguments]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    arguments = [argument.replace(s3.secret_key, wrong) for argument in s3.conf_arguments]
+    run = in_process("stats", f"s3a://{BUCKET}/in", *arguments)
     assert run.returncode == 1
     (line,) = run.stderr.strip().splitlines()
-    assert line.startswith(f"nsq archive: error: s3a://{BUCKET}/in: ")
+    assert f"error: s3a://{BUCKET}/in: " in line
     assert wrong not in run.stderr and s3.secret_key not in run.stderr
+
+
+def test_s3a_without_its_jars_is_one_line_saying_what_it_needs() -> None:
+    run = in_process("stats", f"s3a://{BUCKET}/in")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert f"error: s3a://{BUCKET}/in: " in line
+    assert "spark.jars.packages=org.apache.hadoop:hadoop-aws:3.5.0" in line

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, DataFrameWriter, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -32,6 +32,8 @@ from nsqtools.spark.messages import message_schema
 from nsqtools.spark.storage import Storage, joined, shown, to_read
 
 PARTITION_COLUMNS = ("topic", "date", "hour")
+_COMMITTER_VERSION = "mapreduce.fileoutputcommitter.algorithm.version"
+_SUCCESS_MARKER = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
 # The message's key, and the partition it is in (a function of its timestamp): the rows
 # are distributed by partition already, so the grouping needs no shuffle of its own.
 _KEY = (*PARTITION_COLUMNS, "id", "timestamp_ns")
@@ -78,7 +80,7 @@ def compact(
     unique = _deduplicated(rows).observe(kept, *_counts())
     with commit.staging_directory(store, out) as staging:
         new, merged = joined(staging, "new"), joined(staging, "merged")
-        unique.write.partitionBy(*PARTITION_COLUMNS).parquet(new)
+        _staged(unique).parquet(new)
         partitions = _checked_rows(store, new, kept.get["rows"], out)
         both = [name for name in partitions if store.is_directory(joined(out, name))]
         merged_copies = 0
@@ -126,12 +128,20 @@ def _merge(
     union = kept_rows.unionByName(fresh).select(*fresh.columns).repartition(*PARTITION_COLUMNS)
     before, after = Observation("before"), Observation("after")
     unique = _deduplicated(union.observe(before, *_counts()))
-    unique.observe(after, *_counts()).write.partitionBy(*PARTITION_COLUMNS).parquet(merged)
+    _staged(unique.observe(after, *_counts())).parquet(merged)
     partitions = _checked_rows(store, merged, after.get["rows"], out)
     for name in both:
         store.delete(joined(new, name))  # merged holds them now
     copies: int = before.get["envelopes"] - after.get["envelopes"]
     return partitions, copies
+
+
+def _staged(rows: DataFrame) -> DataFrameWriter:
+    """A partitioned Parquet write into staging. Each task's files go straight where
+    the job writes (Hadoop's output committer v2): publishing is commit.py's, and a
+    second rename per file (v1's job commit) is one more copy per object on S3."""
+    writer = rows.write.option(_COMMITTER_VERSION, "2").option(_SUCCESS_MARKER, "false")
+    return writer.partitionBy(*PARTITION_COLUMNS)
 
 
 def _counts() -> tuple[Column, Column]:
