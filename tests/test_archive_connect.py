@@ -126,6 +126,17 @@ def test_replay_as_in_local_mode(
 
 
 @pytest.mark.slow
+def test_a_bad_condition_is_one_line_as_in_local_mode(
+    server: SparkConnectServer, source: Path, nsqd: Nsqd
+) -> None:
+    args = ["replay", str(source), "--topic=t", f"--nsqd-tcp-address={nsqd.tcp_address}"]
+    result = on_connect(*args, "--where", "no_such_column = 1", remote=server.url)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("nsq: error: --where 'no_such_column = 1': "), line
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("way", ["--master", "--conf", "SPARK_REMOTE"])
 def test_every_way_of_naming_the_server_reads_alike(
     server: SparkConnectServer, source: Path, way: str

@@ -116,10 +116,12 @@ def _selected(messages: DataFrame, where: str | None) -> DataFrame:
     if where is None:
         return messages
     try:
-        return messages.where(F.col("malformed") | F.expr(where))
+        selected = messages.where(F.col("malformed") | F.expr(where))
+        _ = selected.schema  # analysed now: a Connect session's would be at the job's start
     except AnalysisException as error:  # ParseException included
         reason = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
         raise BadCondition(f"{where!r}: {reason}") from None
+    return selected
 
 
 def _parallelism(spark: SparkSession) -> int:
