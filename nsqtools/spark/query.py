@@ -66,10 +66,7 @@ def register(
 
 
 def _inferred_schema(spark: SparkSession, table: DataFrame, sample_size: int) -> T.StructType:
-    """The JSON schema of a sample of the bodies that are JSON objects."""
+    """The JSON schema of a sample of the bodies that are JSON objects, inferred by
+    Spark's JSON reader over them as a DataFrame (no SparkContext: Connect has none)."""
     objects = table.where(F.col("body_text").startswith("{")).select("body_text")
-    sample = [row[0] for row in objects.limit(sample_size).collect()]
-    if not sample:
-        return T.StructType([])
-    reader = spark.read.option("mode", "DROPMALFORMED")
-    return reader.json(spark.sparkContext.parallelize(sample)).schema
+    return spark.read.option("mode", "DROPMALFORMED").json(objects.limit(sample_size)).schema

@@ -1,11 +1,14 @@
 """nsq archive replay: archived messages published again to a topic, by Spark tasks.
 
 Each partition of the messages (nsqtools.spark.messages), in time order, goes to a
-Python task that publishes its bodies, byte-equal, with the pipelined Producer to every
-nsqd given (as to_nsq does), at its share of the overall rate; each task returns its
-counts (published and failed by topic of origin, failure reasons, malformed lines left
-out) and the driver sums them. A task Spark runs again publishes its messages again:
-replay is at-least-once, as NSQ is.
+Python task (mapInArrow: DataFrame operations only, so a Spark Connect session runs it
+too) that publishes its bodies, byte-equal, with the pipelined Producer to every nsqd
+given (as to_nsq does), at its share of the overall rate; each task returns its counts
+(published and failed by topic of origin, failure reasons, malformed lines left out) as
+one row, and the driver sums them. Under a rate the messages are first spread over as
+many partitions as tasks run at once (fewer under a rate lower than that), so each
+task's share is known before it starts. A task Spark runs again publishes its messages
+again: replay is at-least-once, as NSQ is.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ import functools
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+import pyarrow as pa
 import trio
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from nsqtools.config import ClientConfig
@@ -31,6 +34,13 @@ UNKNOWN_TOPIC = "(unknown)"  # an envelope without a topic, in a file whose name
 # the lines were read in (what monotonically_increasing_id gives within a partition).
 _READ_ORDER = "_read_order"
 _ORDER = ("timestamp", "timestamp_ns", "file", _READ_ORDER)
+_COUNTS = pa.map_(pa.string(), pa.int64())
+_COUNTS_SCHEMA = (
+    "published map<string, bigint>, failed map<string, bigint>, "
+    "reasons map<string, bigint>, malformed bigint"
+)
+# Rows enough that a range spread the default way leaves no partition empty.
+_PROBE_ROWS = 1 << 20
 
 
 class BadCondition(NsqError):
@@ -67,19 +77,37 @@ class Replayed:
         self.reasons.update(other.reasons)
         self.malformed += other.malformed
 
+    def as_batch(self) -> pa.RecordBatch:
+        """A task's counts as its one row (_COUNTS_SCHEMA)."""
+        counters = {"published": self.published, "failed": self.failed, "reasons": self.reasons}
+        columns = {
+            name: pa.array([list(counter.items())], _COUNTS) for name, counter in counters.items()
+        }
+        columns["malformed"] = pa.array([self.malformed], pa.int64())
+        return pa.RecordBatch.from_pydict(columns)
+
+    @classmethod
+    def from_row(cls, row: Row) -> Replayed:
+        return cls(Counter(row.published), Counter(row.failed), Counter(row.reasons), row.malformed)
+
 
 def replay(
     messages: DataFrame, destination: Destination, rate: int = 0, where: str | None = None
 ) -> Replayed:
     """Publish the messages (those `where` selects, a Spark SQL condition over their
     columns) to the destination, at most `rate` a second overall (0: no limit)."""
-    ordered, tasks = _in_tasks(_selected(messages, where), rate)
-    task_rate = rate / tasks if rate else 0.0
-    publish = functools.partial(_publish_partition, destination, task_rate)
-    rows = ordered.select("topic", "body", "malformed").rdd
-    replayed = Replayed(tasks=tasks)
-    for counts in rows.mapPartitions(publish).collect():
-        replayed.add(counts)
+    parallelism = _parallelism(messages.sparkSession)
+    # Under a rate each task's share must be at least one message a second (a token
+    # bucket holds no more than a second's worth, so a smaller share would never reach
+    # one token): fewer tasks than run at once when the rate is lower.
+    tasks = min(rate, parallelism) if rate else None
+    ordered = _in_time_order(_selected(messages, where), tasks)
+    publish = functools.partial(_publish_partition, destination, rate / tasks if tasks else 0.0)
+    rows = ordered.select("topic", "body", "malformed").mapInArrow(publish, _COUNTS_SCHEMA)
+    counts = rows.collect()  # a row per partition, empty ones included
+    replayed = Replayed(tasks=tasks or min(len(counts), parallelism))
+    for row in counts:
+        replayed.add(Replayed.from_row(row))
     return replayed
 
 
@@ -88,38 +116,46 @@ def _selected(messages: DataFrame, where: str | None) -> DataFrame:
     if where is None:
         return messages
     try:
-        return messages.where(F.col("malformed") | F.expr(where))
+        selected = messages.where(F.col("malformed") | F.expr(where))
+        _ = selected.schema  # analysed now: a Connect session's would be at the job's start
     except AnalysisException as error:  # ParseException included
         reason = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
         raise BadCondition(f"{where!r}: {reason}") from None
+    return selected
 
 
-def _in_tasks(messages: DataFrame, rate: int) -> tuple[DataFrame, int]:
-    """The messages in time order within each partition, and how many tasks run at
-    once. Under a rate lower than that, partitions are merged into `rate` tasks: each
-    task's share must be at least one message a second (a token bucket holds no more
-    than a second's worth, so a smaller share would never reach one token)."""
+def _parallelism(spark: SparkSession) -> int:
+    """How many tasks the session runs at once: the partitions Spark gives a range by
+    default (its default parallelism, which a Connect session's API does not give)."""
+    ids = spark.range(_PROBE_ROWS).select(F.spark_partition_id().alias("partition"))
+    last: int = ids.agg(F.max("partition")).first()[0]  # type: ignore[index]
+    return last + 1
+
+
+def _in_time_order(messages: DataFrame, partitions: int | None) -> DataFrame:
+    """The messages in time order within each partition, spread over `partitions` ones
+    first if given (else as read: a file's messages in one)."""
     numbered = messages.withColumn(_READ_ORDER, F.monotonically_increasing_id())
-    partitions = max(1, numbered.rdd.getNumPartitions())
-    tasks = min(partitions, numbered.sparkSession.sparkContext.defaultParallelism)
-    if rate and rate < tasks:
-        numbered, tasks = numbered.coalesce(rate), rate
-    return numbered.sortWithinPartitions(*_ORDER), tasks
+    if partitions is not None:
+        numbered = numbered.repartition(partitions)
+    return numbered.sortWithinPartitions(*_ORDER)
 
 
 def _publish_partition(
-    destination: Destination, rate: float, rows: Iterable[Any]
-) -> Iterator[Replayed]:
-    """A task: the partition's rows published; its counts as its only result."""
-    yield trio.run(_publish_rows, destination, rate, rows)
+    destination: Destination, rate: float, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """A task: the partition's messages published; its counts as its only row."""
+    yield trio.run(_publish_batches, destination, rate, batches).as_batch()
 
 
-async def _publish_rows(destination: Destination, rate: float, rows: Iterable[Any]) -> Replayed:
+async def _publish_batches(
+    destination: Destination, rate: float, batches: Iterable[pa.RecordBatch]
+) -> Replayed:
     counts = Replayed()
     bucket = TokenBucket(rate, trio.current_time()) if rate else None
     producing = open_producer(destination.addresses, destination.config, on_outcome=counts.count)
     async with producing as producer:
-        for topics, bodies in _chunks(rows, counts):
+        for topics, bodies in _chunks(batches, counts):
             await _put_paced(producer, destination.topic, topics, bodies, bucket)
     counts.reasons.update(producer.failure_reasons)
     return counts
@@ -143,21 +179,25 @@ async def _put_paced(
 
 
 def _chunks(
-    rows: Iterable[Any], counts: Replayed
+    batches: Iterable[pa.RecordBatch], counts: Replayed
 ) -> Iterator[tuple[Sequence[str], Sequence[bytes]]]:
-    """The rows' topics of origin and bodies (bytes, as Spark gives bytearrays), a
-    put_many's worth at a time. Malformed lines, and empty ones (nsqd takes no empty
-    message, so none was archived), are counted and left out."""
+    """The messages' topics of origin and bodies, a put_many's worth at a time.
+    Malformed lines, and empty ones (nsqd takes no empty message, so none was
+    archived), are counted and left out."""
     topics: list[str] = []
     bodies: list[bytes] = []
-    for row in rows:
-        if row.malformed or not row.body:
-            counts.malformed += 1
-            continue
-        topics.append(row.topic or UNKNOWN_TOPIC)
-        bodies.append(bytes(row.body))
-        if len(bodies) == PUT_MANY_CHUNK:
-            yield topics, bodies
-            topics, bodies = [], []
+    for batch in batches:
+        columns = batch.to_pydict()
+        for topic, body, malformed in zip(
+            columns["topic"], columns["body"], columns["malformed"], strict=True
+        ):
+            if malformed or not body:
+                counts.malformed += 1
+                continue
+            topics.append(topic or UNKNOWN_TOPIC)
+            bodies.append(body)
+            if len(bodies) == PUT_MANY_CHUNK:
+                yield topics, bodies
+                topics, bodies = [], []
     if bodies:
         yield topics, bodies

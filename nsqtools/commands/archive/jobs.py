@@ -258,8 +258,8 @@ def run_job(
         if not session.is_spark_error(error):
             raise
         stop.check()
-        # A classic session's JVM wrote there; a Connect server keeps its own log.
-        logged = f" (Spark's log: {log_file})" if log_file.exists() else ""
+        # A classic session's JVM writes there; a Connect server keeps its own log.
+        logged = "" if settings.remote else f" (Spark's log: {log_file})"
         fail(f"Spark: {session.error_line(error)}{logged}")
     log_file.unlink(missing_ok=True)
     return JobRun(result, seconds)
