@@ -55,7 +55,7 @@ def spark_home() -> Path:
 
 def submit_conf(workers: int) -> MappingProxyType[str, str]:
     """Confs for a job on a cluster of `workers` workers that give each worker one
-    executor of one core, start no task before all are there (waiting up to two minutes
+    executor of one core, start no task before all are there (waiting up to five minutes
     for them: a shared cluster's cores may be another job's until it ends), and never
     wait for a preferred one: a stage with as many tasks as workers runs one on each."""
     return MappingProxyType(
@@ -64,7 +64,7 @@ def submit_conf(workers: int) -> MappingProxyType[str, str]:
             "spark.executor.cores": "1",
             "spark.executor.memory": "512m",
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-            "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "300s",
             "spark.locality.wait": "0s",
             "spark.driver.host": "127.0.0.1",
         }
