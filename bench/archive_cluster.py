@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archive_compact import (
-    CHECKOUT,
     Corpus,
     Spark,
     check,
@@ -132,8 +131,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     data = corpus(args.messages, args.files)
-    # The executors' Python workers import nsqtools as the driver does: from this checkout.
-    os.environ["PYTHONPATH"] = str(CHECKOUT)
     print(f"load average {os.getloadavg()}", flush=True)
     with (
         tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp,

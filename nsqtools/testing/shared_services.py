@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsqtools.testing.binaries import PACKAGE_ROOT
 from nsqtools.testing.cluster import wait_until
 
 STOP_TIMEOUT = 30.0  # for a group to end after SIGTERM, before SIGKILL
@@ -119,6 +120,7 @@ class SharedServices:
             command = [sys.executable, "-m", __name__, str(self.folder), controller]
             watchdog = subprocess.Popen(
                 command,
+                cwd=PACKAGE_ROOT,  # -m imports this checkout's nsqtools, installed or not
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

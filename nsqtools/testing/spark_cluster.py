@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from nsqtools.testing.binaries import PACKAGE_ROOT
 from nsqtools.testing.cluster import wait_until
 from nsqtools.testing.lifetime import StartsAndStops
 from nsqtools.testing.shared_services import SharedService
@@ -147,11 +148,14 @@ class SparkCluster(StartsAndStops):
                 "unshare", "--mount", "--propagation", "private",
                 "sh", "-c", mount_then_run, str(hidden), *command,
             ]  # fmt: skip
+        python_path = filter(None, [str(PACKAGE_ROOT), os.getenv("PYTHONPATH")])
         environment = {
             **os.environ,
             "SPARK_HOME": str(spark_home()),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOG_DIR": str(self.folder),
+            # Executors' Python workers import this checkout's nsqtools, as the tests do.
+            "PYTHONPATH": os.pathsep.join(python_path),
         }
         with log.open("ab") as output:
             process = subprocess.Popen(
