@@ -39,11 +39,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing import Pool
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import duckdb
@@ -343,11 +344,19 @@ class Spark:
     stages: list[Stage]
 
 
-def run_ours(data: Corpus, out: Path, cores: int, scratch: Path) -> Spark:
-    """`nsq archive compact` as a whole process on local[cores], its event log in scratch."""
+def run_ours(
+    data: Corpus,
+    out: Path,
+    master: str,
+    scratch: Path,
+    conf: Mapping[str, str] = MappingProxyType({}),
+) -> Spark:
+    """`nsq archive compact` as a whole process on `master` (with the extra confs), its
+    event log in scratch."""
     events, log = scratch / "events", scratch / "stderr.log"
     events.mkdir()
-    argv = [*OURS, *map(str, data.paths), "--out", str(out), f"--master=local[{cores}]"]
+    argv = [*OURS, *map(str, data.paths), "--out", str(out), f"--master={master}"]
+    argv += [f"--conf={key}={value}" for key, value in conf.items()]
     argv += ["--json", "--conf", "spark.eventLog.enabled=true"]
     argv += ["--conf", f"spark.eventLog.dir={events}", "--conf", "spark.eventLog.compress=false"]
     argv += ["--conf", "spark.eventLog.rolling.enabled=false"]  # one plain JSON-lines file
@@ -363,7 +372,7 @@ def run_ours(data: Corpus, out: Path, cores: int, scratch: Path) -> Spark:
         )
     wall = time.perf_counter() - started
     if done.returncode != 0:
-        sys.exit(f"ours local[{cores}]: exit status {done.returncode}; its stderr: {log}")
+        sys.exit(f"ours on {master}: exit status {done.returncode}; its stderr: {log}")
     summary = json.loads(done.stdout)
     (event_log,) = events.iterdir()
     return Spark(wall, dict(summary["seconds"]), stages_in(event_log))
@@ -446,7 +455,7 @@ def measure(data: Corpus, runs: int, scratch: Path) -> Results:
         for cores in CORES:
             folder = scratch / f"ours-{cores}-{run}"
             folder.mkdir()
-            spark = run_ours(data, folder / "out", cores, folder)
+            spark = run_ours(data, folder / "out", f"local[{cores}]", folder)
             check(f"ours local[{cores}] run {run}", folder / "out", data)
             results.ours[cores].append(spark)
             reported = ", ".join(f"{key} {value:.2f} s" for key, value in spark.seconds.items())

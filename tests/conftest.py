@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,33 @@ import pytest
 
 from nsqtools.testing import Nsqd, Nsqlookupd, NsqProcess, TlsFiles, run_go_tool
 from nsqtools.testing.authd import AuthService
+from nsqtools.testing.shared_services import SharedServices, run_folder
 
 AUTH_SECRETS = {"s3cret": "alice"}
+
+
+def shared_services(config: pytest.Config) -> SharedServices:
+    """The services this test run shares across its processes, keyed by xdist's
+    testrun_uid (which a run without xdist gets from pytest_configure here too)."""
+    workerinput = getattr(config, "workerinput", None)
+    run_id = workerinput["testrunuid"] if workerinput else config.option.testrunuid
+    return SharedServices(run_folder(run_id))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller (xdist's, or the only process) names the run before its workers
+    start (xdist hands them --testrunuid, or a uid of its own if that is unset)."""
+    if not hasattr(config, "workerinput"):
+        if getattr(config.option, "testrunuid", None) is None:
+            config.option.testrunuid = uuid.uuid4().hex
+        shared_services(config).begin(os.getpid())
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own, which waits for its workers' end
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller ends the shared services once, when every test is done."""
+    if not hasattr(session.config, "workerinput"):
+        shared_services(session.config).end()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -203,6 +229,17 @@ def spark(s3_server: Any) -> Iterator[Any]:
     session, _existed = start(settings, log_file)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(request: pytest.FixtureRequest) -> Any:
+    """A Spark standalone cluster on loopback (a master, two workers of one core each)
+    that the whole test run shares: the first test to ask starts it, in whichever
+    pytest worker; it is stopped when the run ends. A RunningCluster: master_url,
+    ui_url, submit_conf."""
+    from nsqtools.testing.spark_cluster import SHARED, RunningCluster
+
+    return RunningCluster(**shared_services(request.config).get(SHARED))
 
 
 @dataclass(frozen=True)

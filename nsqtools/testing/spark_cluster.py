@@ -13,23 +13,31 @@ shared storage, as a driver meets it when --out is local to each machine.
 
 Starting waits on conditions: the master's log names its URL and web UI, and the UI's
 JSON lists every worker alive. Stopping ends each process group it started.
+
+SHARED is the cluster a whole test run shares (shared_services.py): two workers of one
+core each, started by the first test that needs it; its tests get a RunningCluster.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import httpx
 
+from nsqtools.testing.binaries import PACKAGE_ROOT
 from nsqtools.testing.cluster import wait_until
 from nsqtools.testing.lifetime import StartsAndStops
+from nsqtools.testing.shared_services import SharedService
 
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
@@ -46,34 +54,63 @@ def spark_home() -> Path:
     return Path(spec.origin).parent
 
 
+def submit_conf(workers: int) -> MappingProxyType[str, str]:
+    """Confs for a job on a cluster of `workers` workers that give each worker one
+    executor of one core, start no task before all are there (waiting up to five minutes
+    for them: a shared cluster's cores may be another job's until it ends), and never
+    wait for a preferred one: a stage with as many tasks as workers runs one on each."""
+    return MappingProxyType(
+        {
+            "spark.cores.max": str(workers),
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "512m",
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "300s",
+            "spark.locality.wait": "0s",
+            "spark.driver.host": "127.0.0.1",
+        }
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningCluster:
+    """A cluster started elsewhere (by another process of the test run): its addresses."""
+
+    master_url: str  # spark://127.0.0.1:PORT, for --master
+    ui_url: str  # the master's web UI: its JSON at /json/
+    workers: int
+
+    @property
+    def submit_conf(self) -> MappingProxyType[str, str]:
+        return submit_conf(self.workers)
+
+
 class SparkCluster(StartsAndStops):
     def __init__(
-        self, folder: Path, workers: int = 2, private: dict[int, Path] | None = None
+        self,
+        folder: Path,
+        workers: int = 2,
+        private: dict[int, Path] | None = None,
+        on_spawn: Callable[[int], None] | None = None,
     ) -> None:
         """`workers` workers of one core each; private: worker index → a directory
-        (which must exist) that only that worker's processes see, as an empty tmpfs."""
+        (which must exist) that only that worker's processes see, as an empty tmpfs;
+        on_spawn: called with each process group the cluster starts, as it starts it."""
         self.folder = folder
         self.workers = workers
         self.private = dict(private or {})
+        self.on_spawn = on_spawn
         self.master_url = ""
         self.ui_url = ""
         self._processes: list[subprocess.Popen[bytes]] = []
 
     @property
     def submit_conf(self) -> MappingProxyType[str, str]:
-        """Confs for a job on this cluster that give each worker one executor of one
-        core, start no task before all are there, and never wait for a preferred one: a
-        stage with as many tasks as workers runs one on each."""
-        return MappingProxyType(
-            {
-                "spark.cores.max": str(self.workers),
-                "spark.executor.cores": "1",
-                "spark.executor.memory": "512m",
-                "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-                "spark.locality.wait": "0s",
-                "spark.driver.host": "127.0.0.1",
-            }
-        )
+        return submit_conf(self.workers)
+
+    @property
+    def running(self) -> RunningCluster:
+        return RunningCluster(self.master_url, self.ui_url, self.workers)
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -111,11 +148,14 @@ class SparkCluster(StartsAndStops):
                 "unshare", "--mount", "--propagation", "private",
                 "sh", "-c", mount_then_run, str(hidden), *command,
             ]  # fmt: skip
+        python_path = filter(None, [str(PACKAGE_ROOT), os.getenv("PYTHONPATH")])
         environment = {
             **os.environ,
             "SPARK_HOME": str(spark_home()),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOG_DIR": str(self.folder),
+            # Executors' Python workers import this checkout's nsqtools, as the tests do.
+            "PYTHONPATH": os.pathsep.join(python_path),
         }
         with log.open("ab") as output:
             process = subprocess.Popen(
@@ -127,6 +167,8 @@ class SparkCluster(StartsAndStops):
                 start_new_session=True,  # its executors join its group: stopped with it
             )
         self._processes.append(process)
+        if self.on_spawn is not None:
+            self.on_spawn(process.pid)  # the leader of its session: its group's id
 
     def _all_workers_alive(self) -> bool:
         self._check_running()
@@ -148,6 +190,19 @@ class SparkCluster(StartsAndStops):
         for process in reversed(self._processes):
             _end_group(process)
         self._processes.clear()
+
+
+def _start_shared(folder: Path, record_group: Callable[[int], None]) -> dict[str, Any]:
+    """Starts the run's shared cluster; its processes outlive this object, ended by the
+    run's end (shared_services.end_run) through the groups recorded."""
+    cluster = SparkCluster(folder, workers=2, on_spawn=record_group)
+    cluster.start()
+    _outliving.append(cluster)  # its Popen objects kept: no warning that they still run
+    return dataclasses.asdict(cluster.running)
+
+
+SHARED = SharedService("spark_cluster", _start_shared)
+_outliving: list[SparkCluster] = []
 
 
 def _read_master_log(log: Path, found: dict[str, str]) -> bool:
