@@ -1,8 +1,8 @@
-"""nsq archive stats, sql (with `data`) and replay on a real Spark Connect server
-(nsqtools.testing.spark_connect, on loopback), run as a user runs them, each its own
-process: the same results as local mode's (the test run's session) on the same files.
-The four ways of naming the server read alike; a server that does not answer is one
-line, at once. (compact on Connect comes with archives on any Hadoop filesystem.)
+"""nsq archive compact, stats, sql (with `data`) and replay on a real Spark Connect
+server (nsqtools.testing.spark_connect, on loopback), run as a user runs them, each its
+own process: the same results as local mode's (the test run's session) on the same
+files. The four ways of naming the server read alike; a server that does not answer is
+one line, at once.
 """
 
 from __future__ import annotations
@@ -67,6 +67,27 @@ def output(result: subprocess.CompletedProcess[str] | ArchiveRun) -> str:
     )
     assert code == 0, result.stderr
     return result.stdout
+
+
+@pytest.mark.slow
+def test_compact_as_in_local_mode(
+    server: SparkConnectServer, source: Path, nsq_archive: Archive, tmp_path: Path
+) -> None:
+    """Spark's work on the server; the listing and the publishing through a JVM of the
+    command's own (a Connect client has none): twice into the same output, the second
+    run replacing the partitions the first wrote."""
+    remote_out, local_out = tmp_path / "remote", tmp_path / "local"
+    for _ in range(2):
+        run = on_connect(
+            "compact", str(source), "--out", str(remote_out), "--json", remote=server.url
+        )
+        remote = json.loads(output(run))
+    local = json.loads(
+        output(nsq_archive("compact", str(source), "--out", str(local_out), "--json"))
+    )
+    assert {**remote, "seconds": None} == {**local, "seconds": None}
+    assert sorted(path.relative_to(remote_out) for path in remote_out.rglob("*.parquet")) != []
+    assert [name for name in os.listdir(remote_out) if name.startswith(".staging")] == []
 
 
 @pytest.mark.slow
