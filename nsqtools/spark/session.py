@@ -12,7 +12,9 @@ time zone (partitions by date and hour are UTC's), Python workers on this interp
 the parallel collector, and a class-data archive (classdata.py) for a quicker start.
 Spark's own logs are quiet: its JVM writes them to a log file unless the user asks to
 see them. A Connect session gets the time zone and the --conf pairs as runtime settings
-(the server refuses the others, in one line); its server's JVM is not ours to set up.
+(the server refuses the others, in one line), but spark.jars* and spark.driver.*, which
+are for the JVM this process starts to reach the files (nsqtools.spark.storage); its
+server's JVM is not ours to set up.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from nsqtools.spark import classdata
 DEFAULT_MASTER = "local[*]"
 CONNECT_SCHEME = "sc://"
 REMOTE_ENV = "SPARK_REMOTE"
+# Settings of a JVM this process starts: on Connect, the one nsqtools.spark.storage
+# starts to list and publish files (S3A's jars, say); the server has its own.
+_THIS_JVMS_KEYS = ("spark.jars", "spark.driver.")
 _REMOTE_CONF = "spark.remote"
 _MASTER_CONF = "spark.master"
 _TIME_ZONE = "spark.sql.session.timeZone"
@@ -187,7 +192,8 @@ def _connect(url: str, conf: Mapping[str, str]) -> SparkSession:
         client.set_retry_policies(patient)
     try:
         for key, value in conf.items():
-            session.conf.set(key, value)
+            if not key.startswith(_THIS_JVMS_KEYS):
+                session.conf.set(key, value)
     except PySparkException:
         session.stop()
         raise

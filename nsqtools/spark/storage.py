@@ -61,11 +61,6 @@ def is_hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
 
-def is_connect(spark: SparkSession) -> bool:
-    """A Spark Connect session: no JVM on this side."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -83,6 +78,8 @@ class Storage:
     def of(cls, spark: SparkSession, conf: Mapping[str, str]) -> Storage:
         """The storage a session's jobs see; `conf`: the --conf settings it was given
         (a Connect session's own JVM needs them: its hadoop settings and jars)."""
+        from nsqtools.spark.session import is_connect
+
         if is_connect(spark):
             return cls.with_own_jvm(conf)
         hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
