@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from multiprocessing import Pool
@@ -346,16 +346,18 @@ class Spark:
 
 def run_ours(
     data: Corpus,
-    out: Path,
+    out: Path | str,
     master: str,
     scratch: Path,
     conf: Mapping[str, str] = MappingProxyType({}),
+    sources: Sequence[str] = (),
 ) -> Spark:
     """`nsq archive compact` as a whole process on `master` (with the extra confs), its
-    event log in scratch."""
+    event log in scratch; the input is data's files, or where `sources` has them."""
     events, log = scratch / "events", scratch / "stderr.log"
     events.mkdir()
-    argv = [*OURS, *map(str, data.paths), "--out", str(out), f"--master={master}"]
+    inputs = list(sources) or [str(path) for path in data.paths]
+    argv = [*OURS, *inputs, "--out", str(out), f"--master={master}"]
     argv += [f"--conf={key}={value}" for key, value in conf.items()]
     argv += ["--json", "--conf", "spark.eventLog.enabled=true"]
     argv += ["--conf", f"spark.eventLog.dir={events}", "--conf", "spark.eventLog.compress=false"]
