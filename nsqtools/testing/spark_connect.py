@@ -54,7 +54,7 @@ class SparkConnectServer(StartsAndStops):
             "PYSPARK_PYTHON": sys.executable,
             "PYTHONPATH": str(PACKAGE_ROOT),
         }
-        with self.log.open("ab") as output:
+        with self.log.open("wb") as output:  # its own: the port it names is this run's
             self._process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
