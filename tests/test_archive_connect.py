@@ -7,8 +7,10 @@ one line, at once.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from nsqtools import formats
 from nsqtools.spark.session import ConfError, SparkSettings, resolve
 from nsqtools.testing import Nsqd, our_tool, wait_until
 from nsqtools.testing.spark_connect import SparkConnectServer
@@ -73,18 +76,23 @@ def output(result: subprocess.CompletedProcess[str] | ArchiveRun) -> str:
 def test_compact_as_in_local_mode(
     server: SparkConnectServer, source: Path, nsq_archive: Archive, tmp_path: Path
 ) -> None:
-    """Spark's work on the server; the listing and the publishing through a JVM of the
-    command's own (a Connect client has none): twice into the same output, the second
-    run replacing the partitions the first wrote."""
+    """Spark's work on the server (a damaged file's whole lines read in its Python
+    tasks); the publishing through a JVM of the command's own (a Connect client has
+    none): twice into the same output, the second run replacing what the first wrote."""
+    archives = tmp_path / "src"
+    shutil.copytree(source, archives)
+    cut = gzip.compress(formats.json_lines(ORDERS * 50, formats.Origin("orders", "a", "n")))
+    (archives / "orders.host-000001.2026-11-23_00.log.gz").write_bytes(cut[: len(cut) // 2])
     remote_out, local_out = tmp_path / "remote", tmp_path / "local"
     for _ in range(2):
         run = on_connect(
-            "compact", str(source), "--out", str(remote_out), "--json", remote=server.url
+            "compact", str(archives), "--out", str(remote_out), "--json", remote=server.url
         )
         remote = json.loads(output(run))
     local = json.loads(
-        output(nsq_archive("compact", str(source), "--out", str(local_out), "--json"))
+        output(nsq_archive("compact", str(archives), "--out", str(local_out), "--json"))
     )
+    assert len(remote["damaged"]) == 1
     assert {**remote, "seconds": None} == {**local, "seconds": None}
     assert sorted(path.relative_to(remote_out) for path in remote_out.rglob("*.parquet")) != []
     assert [name for name in os.listdir(remote_out) if name.startswith(".staging")] == []
