@@ -19,7 +19,6 @@ many tasks each executor ran in the median cluster run (from its event log).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,8 +31,8 @@ from archive_compact import (
     Corpus,
     Spark,
     check,
-    corpus,
     median_run,
+    parsed_corpus,
     run_duckdb,
     run_ours,
     table_row,
@@ -125,20 +124,14 @@ def summarise(results: Results, data: Corpus, runs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2_000_000, help="envelope lines in all")
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    data = corpus(args.messages, args.files)
-    print(f"load average {os.getloadavg()}", flush=True)
+    data, runs = parsed_corpus(__doc__ or "")
     with (
         tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp,
         SparkCluster(Path(tmp) / "spark", workers=2) as cluster,
     ):
         print(f"cluster: {cluster.master_url}", flush=True)
-        results = measure(data, args.runs, Path(tmp), cluster)
-    summarise(results, data, args.runs)
+        results = measure(data, runs, Path(tmp), cluster)
+    summarise(results, data, runs)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -542,17 +542,23 @@ def covered(stages: list[Stage]) -> float:
     return total / 1000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2_000_000, help="envelope lines in all")
+def parsed_corpus(description: str, messages: int = 2_000_000) -> tuple[Corpus, int]:
+    """The input the command line asks for (--messages, --files), and --runs: the
+    options of every benchmark over these files."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=messages, help="envelope lines in all")
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    data = corpus(args.messages, args.files)
     print(f"load average {os.getloadavg()}", flush=True)
+    return corpus(args.messages, args.files), args.runs
+
+
+def main() -> None:
+    data, runs = parsed_corpus(__doc__ or "")
     with tempfile.TemporaryDirectory(prefix="nsqtools-bench-") as tmp:
-        results = measure(data, args.runs, Path(tmp))
-    summarise(results, data, args.runs)
+        results = measure(data, runs, Path(tmp))
+    summarise(results, data, runs)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -16,12 +16,11 @@ local, and how many requests the S3 run made (moto's log lines).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
 
-from archive_compact import Corpus, Spark, check, corpus, run_ours, table_row
+from archive_compact import Corpus, Spark, check, parsed_corpus, run_ours, table_row
 
 from nsqtools.testing.s3 import S3Server
 
@@ -52,12 +51,7 @@ def written_rows(s3: S3Server, prefix: str, data: Corpus, scratch: Path) -> None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200_000, help="envelope lines in all")
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    data = corpus(args.messages, args.files)
+    data, runs = parsed_corpus(__doc__ or "", messages=200_000)
     local_runs: list[Spark] = []
     s3_runs: list[Spark] = []
     requests: list[int] = []
@@ -65,7 +59,7 @@ def main() -> None:
         scratch = Path(scratch_name)
         with S3Server(scratch / "s3") as s3:
             sources = upload(s3, data)
-            for round_number in range(args.runs):
+            for round_number in range(runs):
                 place = scratch / f"round-{round_number}"
                 (place / "local").mkdir(parents=True)
                 local_runs.append(run_ours(data, place / "out", MASTER, place / "local"))
