@@ -242,6 +242,15 @@ def spark_cluster(request: pytest.FixtureRequest) -> Any:
     return RunningCluster(**shared_services(request.config).get(SHARED))
 
 
+@pytest.fixture(scope="session")
+def spark_connect(request: pytest.FixtureRequest) -> Any:
+    """A Spark Connect server on loopback (local[2]) that the whole test run shares,
+    started by the first test to ask: a RunningConnectServer (url, sessions())."""
+    from nsqtools.testing.spark_connect import SHARED, RunningConnectServer
+
+    return RunningConnectServer(**shared_services(request.config).get(SHARED))
+
+
 @dataclass(frozen=True)
 class ArchiveRun:
     exit_code: int

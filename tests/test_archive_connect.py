@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ import pytest
 from nsqtools import formats
 from nsqtools.spark.session import ConfError, SparkSettings, resolve
 from nsqtools.testing import Nsqd, our_tool, wait_until
-from nsqtools.testing.spark_connect import SparkConnectServer
+from nsqtools.testing.spark_connect import RunningConnectServer
 from tests.conftest import ArchiveRun
 from tests.test_archive_replay import archive, message, read_back
 
@@ -38,10 +38,9 @@ RAW = b"click 1\nclick 2\n"
 TIMEOUT = 180
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
-    with SparkConnectServer(tmp_path_factory.mktemp("connect")) as running:
-        yield running
+@pytest.fixture
+def server(spark_connect: RunningConnectServer) -> RunningConnectServer:
+    return spark_connect
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +73,7 @@ def output(result: subprocess.CompletedProcess[str] | ArchiveRun) -> str:
 
 @pytest.mark.slow
 def test_compact_as_in_local_mode(
-    server: SparkConnectServer, source: Path, nsq_archive: Archive, tmp_path: Path
+    server: RunningConnectServer, source: Path, nsq_archive: Archive, tmp_path: Path
 ) -> None:
     """Spark's work on the server (a damaged file's whole lines read in its Python
     tasks); the publishing through a JVM of the command's own (a Connect client has
@@ -100,7 +99,7 @@ def test_compact_as_in_local_mode(
 
 @pytest.mark.slow
 def test_stats_as_in_local_mode(
-    server: SparkConnectServer, source: Path, nsq_archive: Archive
+    server: RunningConnectServer, source: Path, nsq_archive: Archive
 ) -> None:
     remote = json.loads(output(on_connect("stats", str(source), "--json", remote=server.url)))
     local = json.loads(output(nsq_archive("stats", str(source), "--json")))
@@ -110,7 +109,7 @@ def test_stats_as_in_local_mode(
 
 @pytest.mark.slow
 def test_sql_with_json_bodies_as_in_local_mode(
-    server: SparkConnectServer, source: Path, nsq_archive: Archive
+    server: RunningConnectServer, source: Path, nsq_archive: Archive
 ) -> None:
     query = (
         "SELECT topic, id, data.user, data.event, body_text FROM messages "
@@ -132,7 +131,7 @@ def test_sql_with_json_bodies_as_in_local_mode(
 
 @pytest.mark.slow
 def test_replay_as_in_local_mode(
-    server: SparkConnectServer, source: Path, nsqd: Nsqd, nsq_archive: Archive
+    server: RunningConnectServer, source: Path, nsqd: Nsqd, nsq_archive: Archive
 ) -> None:
     """Without a rate, and with one (the messages spread over the tasks first)."""
     bodies = sorted([*(m.body for m in [*ORDERS, ORDERS[1], *PAYMENTS]), *RAW.splitlines()])
@@ -156,7 +155,7 @@ def test_replay_as_in_local_mode(
 
 @pytest.mark.slow
 def test_a_bad_condition_is_one_line_as_in_local_mode(
-    server: SparkConnectServer, source: Path, nsqd: Nsqd
+    server: RunningConnectServer, source: Path, nsqd: Nsqd
 ) -> None:
     args = ["replay", str(source), "--topic=t", f"--nsqd-tcp-address={nsqd.tcp_address}"]
     result = on_connect(*args, "--where", "no_such_column = 1", remote=server.url)
@@ -168,7 +167,7 @@ def test_a_bad_condition_is_one_line_as_in_local_mode(
 @pytest.mark.slow
 @pytest.mark.parametrize("way", ["--master", "--conf", "SPARK_REMOTE"])
 def test_every_way_of_naming_the_server_reads_alike(
-    server: SparkConnectServer, source: Path, way: str
+    server: RunningConnectServer, source: Path, way: str
 ) -> None:
     named: dict[str, tuple[list[str], dict[str, str]]] = {
         "--master": (["--master", server.url], {}),
@@ -256,7 +255,7 @@ def test_two_places_to_run_or_a_bad_url_is_an_error(settings: SparkSettings, err
 
 @pytest.mark.slow
 def test_a_stop_signal_interrupts_the_job_on_the_server(
-    server: SparkConnectServer, tmp_path: Path, nsqd: Nsqd
+    server: RunningConnectServer, tmp_path: Path, nsqd: Nsqd
 ) -> None:
     """SIGTERM while replay publishes from the server's tasks: its operations are
     interrupted, exit 1 with one line, part published."""

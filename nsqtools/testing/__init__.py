@@ -8,8 +8,10 @@ proxy.py; a lookupd answering junk: junklookupd.py; a second filesystem, real or
 pretended, a full or a read-only one, a file size limit: filesystems.py), work
 bounds without timers (bytes allocated per step: work.py), and a Spark standalone
 cluster on loopback whose workers can each have a private output dir
-(spark_cluster.py, imported by name: it needs the spark extra and Java), and an S3
-server on loopback with the Spark confs that reach it (s3.py, imported by name).
+(spark_cluster.py, imported by name: it needs the spark extra and Java), a Spark
+Connect server (spark_connect.py, likewise), an S3 server on loopback with the Spark
+confs that reach it (s3.py, imported by name), and the services one test run's
+processes share (shared_services.py: the cluster, the Connect server).
 Nothing here fakes upstream nsqd. The one stand-in is youzan/: a scripted server of the
 Youzan fork, which cannot be built here, following ../shared/spec/youzan.md.
 """

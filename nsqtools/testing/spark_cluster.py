@@ -188,7 +188,7 @@ class SparkCluster(StartsAndStops):
     def stop(self) -> None:
         """Workers (and their executors) first, then the master."""
         for process in reversed(self._processes):
-            _end_group(process)
+            end_group(process)
         self._processes.clear()
 
 
@@ -214,7 +214,7 @@ def _read_master_log(log: Path, found: dict[str, str]) -> bool:
     return True
 
 
-def _end_group(process: subprocess.Popen[bytes]) -> None:
+def end_group(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the process group it leads, SIGKILL if it is still there after a while."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
