@@ -380,8 +380,8 @@ def alive(pid: int) -> bool:
 
 
 def takers_of_sigterm(pid: int) -> set[int]:
-    """The threads of the process that do not block SIGTERM (the kernel gives the
-    process's SIGTERM to one of them)."""
+    """The process's threads that do not block SIGTERM (the kernel gives the process's
+    SIGTERM to one of them)."""
     takers = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
         status = (task / "status").read_text()
@@ -429,7 +429,8 @@ def test_sigterm_twice_to_a_querys_source_worker(
     assert gate.entered.wait(WAIT), "the first batch"
     workers = source_workers() - before
     for worker in workers:
-        assert takers_of_sigterm(worker) == {worker}, "only the main thread may take it"
+        # The main thread can take it; a library's thread may too (the worker relays).
+        assert worker in takers_of_sigterm(worker)
         os.kill(worker, signal.SIGTERM)
         os.kill(worker, signal.SIGTERM)
     wait_until(lambda: not any(map(alive, workers)), 30, "the workers to end")

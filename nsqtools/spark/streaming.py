@@ -65,6 +65,8 @@ DEFAULT_MAX_MESSAGES_PER_TRIGGER = 1000
 STOP_TIMEOUT = 10.0
 # How often the source's worker looks whether its parent is still there.
 PARENT_CHECK_INTERVAL = 0.5
+# What wakes the main thread for a SIGTERM another thread took (default: ignored).
+_NUDGE = signal.SIGWINCH
 # Options that are ours, not go-nsq's (Spark gives option names in lower case).
 _SOURCE_OPTIONS = frozenset(
     {"topic", "channel", "nsqd_tcp_addresses", "lookupd_http_addresses", "maxmessagespertrigger"}
@@ -415,6 +417,33 @@ def _requeue_on_exit(live: LiveConsumer) -> None:
             threading.Thread(target=requeue_then_end, name="nsq-source-stop").start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    _relay_sigterm_to(main_thread)
+
+
+def _relay_sigterm_to(main_thread: int) -> None:
+    """Wake the main thread for every SIGTERM the process takes. Our threads block it,
+    but a library's thread (Arrow's, Spark's) may not: a SIGTERM it takes trips
+    Python's handler without waking the main thread from Spark's read. Python writes
+    each signal's number to its wakeup fd whichever thread took it; a thread of ours
+    reads them and, for a SIGTERM, sends the main thread a signal whose handler does
+    nothing: the read it sleeps in is interrupted, and Python runs the tripped SIGTERM
+    handler there."""
+    signal.signal(_NUDGE, _nothing)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def relay() -> None:
+        _leave_sigterm_to_the_main_thread()
+        while taken := os.read(read_end, 64):
+            if signal.SIGTERM in taken:
+                signal.pthread_kill(main_thread, _NUDGE)
+
+    threading.Thread(target=relay, name="nsq-source-sigterm", daemon=True).start()
+
+
+def _nothing(signum: int, frame: FrameType | None) -> None:
+    """The nudge's handler: interrupting the main thread's call is all it is for."""
 
 
 def _leave_sigterm_to_the_main_thread() -> None:
