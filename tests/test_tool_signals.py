@@ -282,13 +282,24 @@ def channel_settled(nsqd: Nsqd) -> int:
     return nsqd.channel_stats(TOPIC, CHANNEL).depth
 
 
+def _swallowed_interrupt(stderr: str) -> bool:
+    """CPython's report of a KeyboardInterrupt raised where it cannot propagate (a
+    weakref callback of the import machinery), the interpreter then going on: what a
+    SIGINT before our handler may give, as the default handler's own doing."""
+    return stderr.startswith("Exception ignored in") and stderr.rstrip().endswith(
+        "KeyboardInterrupt"
+    )
+
+
 def check_stop(run: Started, signum: int, strict: bool, before: int) -> None:
     """Exit 0 without a traceback (strict), or, for a signal sent before our handler was
     seen in place, Python's default (or ours: it may have come in between); and nothing
     lost either way."""
     run.process.wait(WAIT)
     code, stderr = run.process.returncode, run.stderr
-    if strict or code == 0:
+    if not strict and code == 0 and _swallowed_interrupt(stderr):
+        pass  # Python's default handler's KeyboardInterrupt, raised in a callback: ignored
+    elif strict or code == 0:
         assert (code, "Traceback" not in stderr) == (0, True), stderr
     else:  # the interpreter's start: killed by the signal, or its own KeyboardInterrupt
         interrupted = signum == signal.SIGINT and "KeyboardInterrupt" in stderr
