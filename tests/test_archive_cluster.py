@@ -180,7 +180,7 @@ from nsqtools.spark import register
 from nsqtools.spark.session import SparkSettings, start
 from tests.test_archive_cluster import tagged
 settings = json.loads(sys.argv[1])
-spark, _ = start(SparkSettings(settings["master"], settings["conf"]))
+spark, _ = start(SparkSettings(master=settings["master"], conf=settings["conf"]))
 register(spark)
 query = tagged(spark, *settings["query"])
 sys.stdin.read()
@@ -245,6 +245,12 @@ def test_a_streaming_query(
     finally:
         local.stop()
     assert sorted(nsqd.read("out-local", len(expected))) == expected
-    wait_until(delivered(nsqd, "out-cluster", len(expected)), WAIT, "the cluster's output")
+    on_cluster = delivered(nsqd, "out-cluster", len(expected))
+
+    def cluster_delivered() -> bool:
+        assert cluster_driver.poll() is None, f"the driver ended: see {tmp_path / 'driver.log'}"
+        return on_cluster()
+
+    wait_until(cluster_delivered, WAIT, "the cluster's output")
     assert sorted(nsqd.read("out-cluster", len(expected))) == expected
     assert cluster_driver.poll() is None, "the driver on the cluster ended early"
