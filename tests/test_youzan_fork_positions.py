@@ -265,7 +265,10 @@ def test_only_the_first_sub_ordered_on_a_channel_created_over_http_sends_twice(
     assert first.message() == first.message()
     first.send(b"FIN " + one.id + b"\n")
     wait_until(lambda: fork.finished("ordered", "made") == [one.id], TIMEOUT, "the FIN")
+    open_before = fork.connections()
     first.close()
+    # Gone for the fork too: else "two" may go to it first, and come again with 2 attempts.
+    wait_until(lambda: fork.connections() < open_before, TIMEOUT, "the fork to see it closed")
     again = connect(fork, clients, 1)
     subscribe(again, b"SUB_ORDERED ordered made 1")
     (two,) = inject(fork, "ordered", 1, b"two")
