@@ -44,6 +44,8 @@ def written_rows(s3: S3Server, prefix: str, data: Corpus, scratch: Path) -> None
     """Download what the S3 run wrote and check it as archive_compact checks its output."""
     local = scratch / "downloaded"
     for key in s3.keys(BUCKET, prefix):
+        if key.endswith("/"):  # S3A's marker of a directory
+            continue
         target = local / key[len(prefix) :]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(s3.get(BUCKET, key))
