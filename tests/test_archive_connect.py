@@ -198,6 +198,30 @@ def test_a_server_that_does_not_answer_is_one_line_at_once(tmp_path: Path) -> No
     assert "s3cret" not in line
 
 
+@pytest.mark.slow
+def test_a_jvm_for_the_files_that_does_not_start_is_one_line(
+    server: RunningConnectServer, source: Path, tmp_path: Path
+) -> None:
+    """compact on Connect starts a JVM of its own to publish: when that JVM cannot
+    start, the command says why in one line (its first words), and where its log is."""
+    no_java = tmp_path / "no-java"
+    result = on_connect(
+        "compact",
+        str(source),
+        "--out",
+        str(tmp_path / "out"),
+        remote=server.url,
+        environment={"JAVA_HOME": str(no_java)},
+    )
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    line = result.stderr.strip()
+    said = "nsq: error: Spark: the JVM for the files ended as it started: "
+    assert line.startswith(said), line
+    assert f"{no_java}/bin/java: No such file or directory (its log: " in line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("settings", "environment", "remote", "master"),
     [

@@ -227,8 +227,12 @@ def archived_lines(*directories: Path) -> list[bytes]:
 
 
 def markers(work_dir: Path) -> list[Path]:
-    directory = work_dir / MARKERS
-    return sorted(directory.iterdir()) if directory.is_dir() else []
+    """The open-file markers; none once the tool has removed their directory (which it
+    may do between any two looks)."""
+    try:
+        return sorted((work_dir / MARKERS).iterdir())
+    except FileNotFoundError:
+        return []
 
 
 def partial_copies(output_dir: Path) -> list[Path]:

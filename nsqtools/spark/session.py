@@ -25,13 +25,16 @@ import logging
 import os
 import re
 import signal
+import struct
+import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -56,6 +59,8 @@ _GRPC_DETAILS = re.compile(r'details = "(.*)"')
 _CONNECT_ADDRESS = re.compile(r"sc://[^/;?]*")
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# What a JVM and Spark's launcher say on every start, failed or not.
+_JVM_CHATTER = ("WARNING: Using incubator modules", "Using Spark's default log4j profile")
 _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j")
 # Defaults a --conf of the same key replaces.
 _DEFAULT_CONF = {
@@ -74,6 +79,11 @@ class ConfError(ValueError):
 
 class ConnectServerUnreachable(Exception):
     """A Spark Connect server that does not answer: one line, naming it."""
+
+
+class JvmDidNotStart(Exception):
+    """The JVM this process started ended before it answered: one line, its first
+    words and where the rest is."""
 
 
 @dataclass(frozen=True)
@@ -246,7 +256,12 @@ def _jvm_pid(session: SparkSession) -> int:
 def is_spark_error(error: BaseException) -> bool:
     """A failure Spark reports (a job, the JVM, a query, a Connect server): one line
     for the user (error_line)."""
-    kinds: tuple[type[BaseException], ...] = (PySparkException, Py4JError, ConnectServerUnreachable)
+    kinds: tuple[type[BaseException], ...] = (
+        PySparkException,
+        Py4JError,
+        ConnectServerUnreachable,
+        JvmDidNotStart,
+    )
     grpc = sys.modules.get("grpc")  # loaded by a Connect client only, whose calls raise it
     if grpc is not None:
         kinds += (grpc.RpcError,)
@@ -262,6 +277,74 @@ def error_line(error: BaseException) -> str:
         return f"{status[1]}: {details[1]}"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+@dataclass(frozen=True)
+class OwnJvm:
+    """A JVM this process started: py4j's view of it, and its process (which ends when
+    its stdin closes: keep this while the JVM is in use)."""
+
+    view: Any
+    process: subprocess.Popen[bytes]
+
+
+def own_jvm(conf: Mapping[str, str], log_file: Path) -> OwnJvm:
+    """A JVM of this process's own without a Spark context (spark-submit's PySpark
+    gateway, with conf), for a Connect client's work on files; its output goes to
+    log_file. A JVM that ends before it answers is a JvmDidNotStart."""
+    from py4j.java_gateway import GatewayParameters, JavaGateway  # type: ignore[import-untyped]
+    from pyspark.find_spark_home import _find_spark_home
+
+    command = [str(Path(_find_spark_home(), "bin", "spark-submit"))]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    with tempfile.TemporaryDirectory() as folder, log_file.open("ab") as log:
+        answer = Path(folder, "gateway")  # where the JVM writes its port and secret
+        environment = {
+            **os.environ,
+            "SPARK_CONNECT_MODE": "0",
+            "_PYSPARK_DRIVER_CONN_INFO_PATH": str(answer),
+        }
+        start = log.tell()
+        # No code of ours between fork and exec (a Connect client's gRPC threads make
+        # that unsafe: it lost the JVM now and then), and a session of its own: a
+        # terminal's Ctrl-C is the command's to act on.
+        process = subprocess.Popen(
+            [*command, "pyspark-shell"],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=log,
+            env=environment,
+            start_new_session=True,
+        )
+        while process.poll() is None and not answer.exists():
+            time.sleep(0.05)  # the JVM takes seconds to start; it says nothing else
+        if not answer.exists():
+            said = _first_words(log_file.read_bytes()[start:].decode(errors="replace"))
+            raise JvmDidNotStart(
+                f"the JVM for the files ended as it started: {said} (its log: {log_file})"
+            )
+        port, secret = _gateway_answer(answer.read_bytes())
+    gateway = JavaGateway(
+        gateway_parameters=GatewayParameters(port=port, auth_token=secret, auto_convert=True)
+    )
+    return OwnJvm(gateway.jvm, process)
+
+
+def _gateway_answer(data: bytes) -> tuple[int, str]:
+    """PySpark's gateway's answer: its port (a big-endian int), then its secret (a
+    big-endian length, then UTF-8)."""
+    port, length = struct.unpack_from(">ii", data)
+    return port, data[8 : 8 + length].decode()
+
+
+def _first_words(output: str) -> str:
+    """The first line of a JVM's output that is not the chatter of every start."""
+    for line in output.splitlines():
+        line = line.strip()
+        if line and not line.startswith(_JVM_CHATTER) and " WARN " not in line:
+            return line
+    return "no word of why"
 
 
 def default_log_file() -> Path:

@@ -70,9 +70,10 @@ class Entry:
 class Storage:
     """Hadoop's FileSystem for any URI, through a JVM."""
 
-    def __init__(self, jvm: Any, hadoop_conf: Any) -> None:
+    def __init__(self, jvm: Any, hadoop_conf: Any, owned: object = None) -> None:
         self._jvm = jvm
         self._conf = hadoop_conf
+        self._owned = owned  # a JVM of our own lives as long as its storage
 
     @classmethod
     def of(cls, spark: SparkSession, conf: Mapping[str, str]) -> Storage:
@@ -89,20 +90,15 @@ class Storage:
     def with_own_jvm(cls, conf: Mapping[str, str]) -> Storage:
         """Storage through a JVM of this process's own (pyspark's gateway, no Spark
         context), with the spark.jars and spark.hadoop.* settings of `conf`."""
-        from pyspark.conf import SparkConf
-        from pyspark.java_gateway import launch_gateway
+        from nsqtools.spark.session import default_log_file, own_jvm
 
-        from nsqtools.spark.session import default_log_file
-
-        settings = SparkConf(loadDefaults=False).setAll(list(conf.items()))
-        with default_log_file().open("ab") as log:  # its output, as a session's JVM's
-            gateway = launch_gateway(settings, {"stdout": log, "stderr": log})  # type: ignore[no-untyped-call]
-        hadoop_conf = gateway.jvm.org.apache.hadoop.conf.Configuration()
+        jvm = own_jvm(conf, default_log_file())  # its output, as a session's JVM's
+        hadoop_conf = jvm.view.org.apache.hadoop.conf.Configuration()
         prefix = "spark.hadoop."
         for key, value in conf.items():
             if key.startswith(prefix):
                 hadoop_conf.set(key[len(prefix) :], value)
-        return cls(gateway.jvm, hadoop_conf)
+        return cls(jvm.view, hadoop_conf, owned=jvm)
 
     def exists(self, uri: str) -> bool:
         path = self._path(uri)
