@@ -22,6 +22,7 @@ import trio
 from nsqtools.spark import register
 from nsqtools.testing import Nsqd, wait_until
 from nsqtools.testing.cluster import not_in_nsqd
+from nsqtools.testing.processes import connected_to, descends_from
 from tests.conftest import DURABLE, LocalNsq
 
 # Spark jobs: a JVM per test worker, seconds per job (scripts/test --all runs them).
@@ -254,24 +255,27 @@ def test_the_readmes_pipelines(
 READER_SCRIPT = """
 import sys, time
 from pyspark.sql.streaming.datasource import ReadMaxRows
-from nsqtools.spark.streaming import NsqStreamReader, SourceSettings
+from nsqtools.spark import readers
+from nsqtools.spark.streaming import NsqStreamReader, ReaderPartition, SourceSettings
 
 options = {"topic": sys.argv[1], "channel": "term", "nsqd_tcp_addresses": sys.argv[2],
-           "msg_timeout": "2m"}
+           "msg_timeout": "2m", "readers": "1"}
 reader = NsqStreamReader(SourceSettings.of(options))
 start = reader.initialOffset()
+[task] = reader.partitions(start, reader.latestOffset(start, ReadMaxRows(1000)))
 deadline = time.monotonic() + 30
-while reader.latestOffset(start, ReadMaxRows(1000)) == start:
+while not list(reader.read(task)):  # as Spark's read tasks would, batch after batch
     assert time.monotonic() < deadline, "no message came"
-    time.sleep(0.01)  # polling the reader, as Spark does
+    task = ReaderPartition(task.coordinator, task.batch + 1, task.slot, task.limit)
+holder = readers.holder_for(reader.settings, task.coordinator)
 print("holding", flush=True)
 """
 HOLD = READER_SCRIPT + "time.sleep(120)\n"
-# Spark's thread (this one) holds the source's lock until it reads a line.
+# Spark's thread (this one) holds the holder's lock until it reads a line.
 HOLD_THE_LOCK = (
     READER_SCRIPT
     + """
-with reader.live.held.lock:
+with holder.lock:
     print("locked", flush=True)
     sys.stdin.readline()
 time.sleep(120)
@@ -339,13 +343,14 @@ def test_sigterm_twice_while_sparks_thread_holds_the_lock_requeues_and_ends(nsqd
 
 def waits_for_a_lock(pid: int) -> bool:
     """The process's threads other than its main one: one waits for a lock (a futex),
-    none waits in epoll (trio's loop, idle)."""
-    waits = {
+    and one only waits in epoll (the script's coordinator's trio loop, idle; the
+    consumer's loop is not idle)."""
+    waits = [
         (task / "wchan").read_text()
         for task in Path(f"/proc/{pid}/task").iterdir()
         if task.name != str(pid)
-    }
-    return "futex_do_wait" in waits and "do_epoll_wait" not in waits
+    ]
+    return "futex_do_wait" in waits and waits.count("do_epoll_wait") == 1
 
 
 def test_a_worker_whose_parent_is_gone_requeues_and_exits(nsqd: Nsqd) -> None:
@@ -391,48 +396,46 @@ def takers_of_sigterm(pid: int) -> set[int]:
     return takers
 
 
-def source_workers() -> set[int]:
-    """The Python workers this test run's Spark runs for streaming sources' readers."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            command = (entry / "cmdline").read_bytes()
-            if b"python_streaming_source_runner" in command and ours(int(entry.name)):
-                found.add(int(entry.name))
-        except (OSError, ValueError):  # not a process, or one that has ended
-            continue
-    return found
+def waiters_for_a_signal(pid: int) -> set[int]:
+    """The process's threads waiting in sigwait() (the kernel unblocks what they wait
+    for while they wait)."""
+    return {
+        int(task.name)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        if (task / "wchan").read_text().startswith("do_sigtimedwait")
+    }
 
 
-def ours(pid: int) -> bool:
-    """A descendant of this process (the machine may run other Sparks)."""
-    while pid > 1:
-        status = Path(f"/proc/{pid}/status").read_text()
-        pid = int(status.split("\nPPid:")[1].split()[0])
-        if pid == os.getpid():
-            return True
-    return False
+def source_workers(nsqd: Nsqd) -> set[int]:
+    """The Python workers this test's Spark reads nsqd in (its consumers' processes)."""
+    port = int(nsqd.tcp_address.rpartition(":")[2])
+    return {pid for pid in connected_to(port) if descends_from(pid, os.getpid())}
 
 
 def test_sigterm_twice_to_a_querys_source_worker(
     nsq_spark: Any, nsqd: Nsqd, queries: list[Any]
 ) -> None:
-    """The reader's worker of a running query gets SIGTERM twice, as the JVM, then its
-    process group, may send it: it requeues what it holds at once and ends."""
+    """The readers' workers of a running query get SIGTERM twice, as the JVM, then its
+    process group, may send it: each requeues what it holds at once and ends, and the
+    query goes on."""
     sent = bodies(40)
     nsqd.publish_many(TOPIC, sent)
-    before = source_workers()
     gate = Gate()
     options = {"msg_timeout": "2m", "maxMessagesPerTrigger": "10"}
     query = source(nsq_spark, nsqd, "worker", **options).writeStream.foreachBatch(gate).start()
     queries.append(query)
     assert gate.entered.wait(WAIT), "the first batch"
-    workers = source_workers() - before
+    workers = source_workers(nsqd)
+    assert workers
     for worker in workers:
-        # The main thread can take it; a library's thread may too (the worker relays).
-        assert worker in takers_of_sigterm(worker)
+        # No thread takes it but the one waiting for it (sigwait), which requeues first.
+        assert takers_of_sigterm(worker) == waiters_for_a_signal(worker)
         os.kill(worker, signal.SIGTERM)
         os.kill(worker, signal.SIGTERM)
     wait_until(lambda: not any(map(alive, workers)), 30, "the workers to end")
     gate.release.set()
-    wait_until(lambda: nsqd.channel_stats(TOPIC, "worker").depth == len(sent), 30, "requeued")
+    # The query goes on with new workers: every message comes, those the ended workers
+    # held by their REQ (msg_timeout is 2 minutes: none by a timeout).
+    wait_until(lambda: set(gate.seen) == set(sent), WAIT, "every message")
+    stats = nsqd.channel_stats(TOPIC, "worker")
+    assert stats.requeue_count > 0 and stats.timeout_count == 0

@@ -1,59 +1,60 @@
 """Live topics in Spark Structured Streaming: `format("nsq")`, a source and a sink.
 
-The source runs our consumer in a thread of the Python worker that Spark keeps on the
-driver for the query's reader. Messages are taken into micro-batches (at most
-maxMessagesPerTrigger each) and stay in flight, TOUCHed before nsqd's msg_timeout,
-until Spark commits their batch: only then are they FIN'd. A stopped or failed query
-requeues what it holds at once (REQ 0 after RDY 0, so nothing is sent straight back):
-on stop(), and on SIGTERM, which is how Spark may end the worker without stop(); a
-worker whose parent (the JVM, or Spark's daemon) is gone requeues and ends itself too.
-So delivery is at least once, and each row has the message id for deduplication.
+The source reads in the executors: each micro-batch is `readers` read tasks, and each
+task takes its share of maxMessagesPerTrigger from the consumer its executor process
+keeps for the query (readers.py's Holder, started by the first task there). The
+messages stay in flight, TOUCHed before nsqd's msg_timeout, until Spark commits their
+batch: the query's reader on the driver (NsqStreamReader, here) then tells the holders
+over a control channel (coordination.py), and only then are they FIN'd. A stopped or
+failed query requeues what its holders hold at once. Delivery is at least once, and
+each row has the message id for deduplication. What happens on each failure:
 
-Two things keep the source from stalling. Spark commits batch k only when it plans
-batch k+1: with nothing new the last batch would never be committed, and a window of
-uncommitted messages as wide as RDY means nothing new. So when nothing new came and the
-last batch holds messages, the source reports one empty batch, whose planning commits
-it. A query restarted from its checkpoint replays its uncommitted batch empty: those
-messages were requeued (or time out) and come back from nsqd in later batches.
+- a task retried in the same process reads the same messages again (its holder still
+  holds them); in another process, other messages: then both readings are requeued at
+  the commit, since which one Spark used is not known here (so with speculative
+  tasks);
+- an executor lost: its messages come back from nsqd after msg_timeout; the batch's
+  retried tasks read others;
+- the driver restarted from its checkpoint: the old holders lose their control channel
+  and requeue at once; the uncommitted batch is read again from what nsqd gives now;
+- nsqd restarted: it requeues what was in flight; a FIN after that is refused and the
+  message comes again.
+
+Spark commits batch k only when it plans batch k+1: so a batch is planned when a batch
+not yet committed carries messages, even when nothing new waits (the batch that commits
+the last one).
 
 The sink is sink.py's. This module holds the options both read.
 
 Options of both: nsqd_tcp_addresses or lookupd_http_addresses (comma-separated), and
 any go-nsq option by its name (tls_v1, auth_secret, msg_timeout, ...). The source's:
-topic, channel, maxMessagesPerTrigger. The sink's: topic, mode, reconnect_timeout.
+topic, channel, maxMessagesPerTrigger, readers, idle_timeout. The sink's: topic, mode,
+reconnect_timeout.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import functools
-import logging
-import os
-import signal
-import threading
-from collections import deque
+import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-import trio
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from nsqtools import __version__
 from nsqtools.config import ClientConfig, ConfigError
-from nsqtools.consumer import Consumer, ConsumerOptions, ReceivedBatch, open_consumer
+from nsqtools.durations import parse_duration
 from nsqtools.formats import message_id
 from nsqtools.protocol import Message
-
-log = logging.getLogger("nsqtools.spark.streaming")
+from nsqtools.spark import readers
+from nsqtools.spark.coordination import Coordinator, CoordinatorAddress
 
 NAME = "nsq"
 SCHEMA = (
@@ -61,15 +62,20 @@ SCHEMA = (
 )
 COLUMNS = ["id", "body", "timestamp", "attempts", "topic", "nsqd_address"]
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = 1000
-# How long a stopping source may take to requeue what it holds.
-STOP_TIMEOUT = 10.0
-# How often the source's worker looks whether its parent is still there.
-PARENT_CHECK_INTERVAL = 0.5
-# What wakes the main thread for a SIGTERM another thread took (default: ignored).
-_NUDGE = signal.SIGWINCH
+# Read tasks per batch when register() could not ask Spark for its parallelism.
+DEFAULT_READERS = 2
+DEFAULT_IDLE_TIMEOUT = "10s"
 # Options that are ours, not go-nsq's (Spark gives option names in lower case).
 _SOURCE_OPTIONS = frozenset(
-    {"topic", "channel", "nsqd_tcp_addresses", "lookupd_http_addresses", "maxmessagespertrigger"}
+    {
+        "topic",
+        "channel",
+        "nsqd_tcp_addresses",
+        "lookupd_http_addresses",
+        "maxmessagespertrigger",
+        "readers",
+        "idle_timeout",
+    }
 )
 # Spark's own options, which it passes to every data source too.
 _SPARKS_OPTIONS = frozenset({"checkpointlocation", "path", "queryname", "outputmode"})
@@ -113,224 +119,105 @@ class SourceSettings:
     nsqd_tcp_addresses: list[str]
     lookupd_http_addresses: list[str]
     max_messages_per_trigger: int
+    readers: int  # read tasks per micro-batch
+    idle_timeout: float  # seconds after which a holder no task uses lets go
     config: ClientConfig
 
     @classmethod
-    def of(cls, options: Mapping[str, str]) -> SourceSettings:
+    def of(
+        cls, options: Mapping[str, str], default_readers: int = DEFAULT_READERS
+    ) -> SourceSettings:
         nsqd = _addresses(options, "nsqd_tcp_addresses")
         lookupd = _addresses(options, "lookupd_http_addresses")
         if bool(nsqd) == bool(lookupd):
             raise OptionError(
                 'format("nsq") needs nsqd_tcp_addresses or lookupd_http_addresses, not both'
             )
-        limit_text = options.get("maxMessagesPerTrigger", str(DEFAULT_MAX_MESSAGES_PER_TRIGGER))
-        if not limit_text.isdigit() or int(limit_text) < 1:
-            raise OptionError(f"maxMessagesPerTrigger must be a positive number: {limit_text!r}")
+        limit = _positive(options, "maxMessagesPerTrigger", DEFAULT_MAX_MESSAGES_PER_TRIGGER)
+        reader_count = _positive(options, "readers", default_readers)
+        try:
+            idle_timeout = parse_duration(options.get("idle_timeout", DEFAULT_IDLE_TIMEOUT))
+        except ValueError as error:
+            raise OptionError(f"idle_timeout: {error}") from None
         config = _config(options, _SOURCE_OPTIONS)
         if "max_in_flight" not in {key.lower() for key in options}:
-            # Room for the next batch while one waits for its commit.
-            config.max_in_flight = 2 * int(limit_text)
+            # Each reader's share of a batch, twice: room for the next batch's while
+            # one waits for its commit.
+            config.max_in_flight = 2 * math.ceil(limit / reader_count)
         return cls(
             _required(options, "topic"),
             _required(options, "channel"),
             nsqd,
             lookupd,
-            int(limit_text),
+            limit,
+            reader_count,
+            idle_timeout,
             config,
         )
 
 
-@dataclass
-class _Taken:
-    """Messages of one consumer batch that went into one micro-batch."""
-
-    batch: ReceivedBatch
-    messages: list[Message]
-
-
-@dataclass
-class _Held:
-    """What the source holds: taken from the consumer, not yet in a batch; and each
-    micro-batch's messages until Spark commits it. Shared by Spark's thread and the
-    consumer's; guarded by `lock`."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    waiting: deque[_Taken] = field(default_factory=deque)
-    batches: dict[int, list[_Taken]] = field(default_factory=dict)
-
-    def everything(self) -> list[_Taken]:
-        with self.lock:
-            return [*self.waiting, *(taken for held in self.batches.values() for taken in held)]
+def _positive(options: Mapping[str, str], name: str, default: int) -> int:
+    text = options.get(name, str(default))
+    if not text.isdigit() or int(text) < 1:
+        raise OptionError(f"{name} must be a positive number: {text!r}")
+    return int(text)
 
 
-class LiveConsumer:
-    """Our consumer, run on trio in a thread of its own, feeding `held.waiting`."""
+def record_batch(topic: str, messages: list[tuple[Message, str]]) -> Any:
+    """Messages (with the nsqd each came from) as the source's rows: one Arrow record
+    batch, which Spark takes as is (tuples it would convert row by row: half the time
+    of a large batch)."""
+    import pyarrow as pa
 
-    def __init__(self, settings: SourceSettings) -> None:
-        self.settings = settings
-        self.held = _Held()
-        self.error: BaseException | None = None
-        self._started = threading.Event()
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._consumer: Consumer | None = None
-        self._window = 0  # the consumer's in-flight window, as its thread last saw it
-        self._thread = threading.Thread(target=self._run, name="nsq-source", daemon=True)
-        self._thread.start()
-        self._started.wait()
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        _leave_sigterm_to_the_main_thread()  # and to no thread trio starts from this one
-        try:
-            trio.run(self._consume)
-        except BaseException as error:  # reported to Spark's thread by take()
-            self.error = error
-        finally:
-            self._started.set()
-
-    async def _consume(self) -> None:
-        settings = self.settings
-        self._token = trio.lowlevel.current_trio_token()
-        async with open_consumer(
-            settings.topic,
-            settings.channel,
-            settings.config,
-            ConsumerOptions(
-                nsqd_tcp_addresses=settings.nsqd_tcp_addresses,
-                lookupd_http_addresses=settings.lookupd_http_addresses,
-                stop_timeout=STOP_TIMEOUT,
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([message_id(message) for message, _ in messages], pa.string()),
+            pa.array([message.body for message, _ in messages], pa.binary()),
+            pa.array(
+                [message.timestamp // 1000 for message, _ in messages],  # ns -> Spark's us
+                pa.timestamp("us", tz="UTC"),
             ),
-        ) as consumer:
-            self._consumer = consumer
-            self._started.set()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._touch_held)
-                nursery.start_soon(_end_with_parent)
-                async for batch in consumer:
-                    with self.held.lock:
-                        self.held.waiting.append(_Taken(batch, batch.messages))
-                    self._window = consumer.window
-                nursery.cancel_scope.cancel()
-
-    async def _touch_held(self) -> None:
-        """TOUCH what is held, so a batch slower than msg_timeout is not redelivered."""
-        while True:
-            await trio.sleep(self._touch_interval())
-            for taken in self.held.everything():
-                taken.batch.touch(taken.messages)
-
-    def _touch_interval(self) -> float:
-        """A third of the shortest msg_timeout an nsqd granted (60 s: nsqd's default)."""
-        granted = None if self._consumer is None else self._consumer.msg_timeout
-        return max((granted or self.settings.config.msg_timeout or 60.0) / 3, 0.1)
-
-    def take(self, limit: int | None) -> list[_Taken]:
-        """Up to `limit` messages (None: all) waiting, in arrival order, and at most half
-        the in-flight window: the next batch's messages arrive while this one waits for
-        its commit (else every other batch would be the empty one that commits it)."""
-        if self.error is not None:
-            raise self.error
-        taken: list[_Taken] = []
-        room = limit
-        window = self._window
-        if window > 1:
-            room = window // 2 if room is None else min(room, window // 2)
-        with self.held.lock:
-            waiting = self.held.waiting
-            while waiting and (room is None or room > 0):
-                first = waiting[0]
-                if room is not None and len(first.messages) > room:
-                    taken.append(_Taken(first.batch, first.messages[:room]))
-                    first.messages = first.messages[room:]
-                    break
-                taken.append(waiting.popleft())
-                if room is not None:
-                    room -= len(taken[-1].messages)
-        return taken
-
-    def finish(self, taken: list[_Taken]) -> None:
-        """FIN these messages (from Spark's thread)."""
-        if self._token is None or not taken:
-            return
-
-        def fin() -> None:
-            for entry in taken:
-                entry.batch.finish(entry.messages)
-
-        try:
-            trio.from_thread.run_sync(fin, trio_token=self._token)
-        except trio.RunFinishedError:
-            log.warning("the consumer had stopped: %d messages come back from nsqd", len(taken))
-
-    def close(self) -> None:
-        """Stop: RDY 0, then everything not FIN'd is requeued at once. Safe twice, from
-        any thread but the consumer's; waits STOP_TIMEOUT at most (the consumer's thread
-        may wait for `held.lock`, which the caller's thread may hold)."""
-        consumer, token = self._consumer, self._token
-        if consumer is not None and token is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(consumer.stop)
-        self._thread.join(STOP_TIMEOUT)
+            pa.array([message.attempts for message, _ in messages], pa.int32()),
+            pa.array([topic] * len(messages), pa.string()),
+            pa.array([nsqd for _, nsqd in messages], pa.string()),
+        ],
+        names=COLUMNS,
+    )
 
 
 @dataclass(frozen=True)
-class MessagesPartition(InputPartition):
-    """One micro-batch's messages, column by column, carried to the task that outputs
-    them as one Arrow record batch (Spark takes it as is; tuples it would convert row by
-    row: half the time of a large batch)."""
+class ReaderPartition(InputPartition):
+    """One read task: slot `slot` of micro-batch `batch`, at most `limit` messages,
+    read by its executor process's holder (readers.py), which reaches the driver's
+    coordinator at `coordinator`."""
 
-    ids: list[str]
-    bodies: list[bytes]
-    timestamps: list[int]  # microseconds since the epoch, as Spark keeps them
-    attempts: list[int]
-    topic: str
-    nsqd_addresses: list[str]
-
-    def __init__(self, topic: str, messages: list[tuple[Message, str]]) -> None:
-        set_field = functools.partial(object.__setattr__, self)
-        set_field("ids", [message_id(message) for message, _ in messages])
-        set_field("bodies", [message.body for message, _ in messages])
-        set_field("timestamps", [message.timestamp // 1000 for message, _ in messages])
-        set_field("attempts", [message.attempts for message, _ in messages])
-        set_field("topic", topic)
-        set_field("nsqd_addresses", [nsqd for _, nsqd in messages])
-
-    def record_batch(self) -> Any:
-        import pyarrow as pa
-
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.ids, pa.string()),
-                pa.array(self.bodies, pa.binary()),
-                pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-                pa.array(self.attempts, pa.int32()),
-                pa.array([self.topic] * len(self.ids), pa.string()),
-                pa.array(self.nsqd_addresses, pa.string()),
-            ],
-            names=COLUMNS,
-        )
+    coordinator: CoordinatorAddress
+    batch: int
+    slot: int
+    limit: int
 
 
 class NsqStreamReader(DataSourceStreamReader):
-    """Offsets are micro-batch numbers: {"batch": n}. Batch n's messages are held from
-    latestOffset() until commit({"batch": n}) or later."""
+    """Offsets are micro-batch numbers: {"batch": n}. A batch is `readers` read tasks,
+    each its share of maxMessagesPerTrigger. A batch is planned when messages wait in
+    some holder, when a batch not yet committed carries messages (Spark commits batch k
+    only when it plans k+1), and when no holder is there yet (its tasks start them)."""
 
     def __init__(self, settings: SourceSettings) -> None:
         self.settings = settings
-        self._live: LiveConsumer | None = None
+        self._coordinator: Coordinator | None = None
 
     @property
-    def live(self) -> LiveConsumer:
-        """The consumer, started on first use: Spark also makes readers only to send
-        their read() to the tasks (pickled without it), which must not consume."""
-        if self._live is None:
-            self._live = LiveConsumer(self.settings)
-            _requeue_on_exit(self._live)
-        return self._live
+    def coordinator(self) -> Coordinator:
+        """Started on first use: Spark also makes readers only to send their read() to
+        the tasks (pickled without it)."""
+        if self._coordinator is None:
+            self._coordinator = Coordinator()
+            atexit.register(self._coordinator.close)
+        return self._coordinator
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "_live": None}
+        return {"settings": self.settings, "_coordinator": None}
 
     def initialOffset(self) -> dict[str, int]:
         return {"batch": 0}
@@ -339,131 +226,29 @@ class NsqStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.settings.max_messages_per_trigger)
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        number = start["batch"]
-        rows_limit = None if isinstance(limit, ReadAllAvailable) else _max_rows(limit)
-        taken = self.live.take(rows_limit)
-        held = self.live.held
-        if taken:
-            with held.lock:
-                held.batches[number + 1] = taken
-            return {"batch": number + 1}
-        with held.lock:
-            last_is_held = number in held.batches
-        # Nothing new: an empty batch, once, so that Spark commits the last one.
-        return {"batch": number + 1} if last_is_held else start
+        coordinator = self.coordinator
+        if coordinator.waiting() or coordinator.holds_messages() or not coordinator.holders():
+            return {"batch": start["batch"] + 1}
+        return start
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        held = self.live.held
-        with held.lock:
-            batches = [held.batches.get(n, []) for n in range(start["batch"] + 1, end["batch"] + 1)]
-        messages = [
-            (message, taken.batch.nsqd_address)
-            for taken_list in batches
-            for taken in taken_list
-            for message in taken.messages
-        ]
-        return [MessagesPartition(self.settings.topic, messages)] if messages else []
+        count = self.settings.readers
+        share = math.ceil(self.settings.max_messages_per_trigger / count)
+        address = self.coordinator.address
+        return [ReaderPartition(address, end["batch"], slot, share) for slot in range(count)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, MessagesPartition)
-        return iter([partition.record_batch()])
+        assert isinstance(partition, ReaderPartition)
+        holder = readers.holder_for(self.settings, partition.coordinator)
+        messages = holder.read(partition.batch, partition.slot, partition.limit)
+        return iter([record_batch(self.settings.topic, messages)] if messages else [])
 
     def commit(self, end: dict[str, int]) -> None:
-        held = self.live.held
-        with held.lock:
-            done = [n for n in held.batches if n <= end["batch"]]
-            taken = [entry for n in done for entry in held.batches.pop(n)]
-        self.live.finish(taken)
+        self.coordinator.commit(end["batch"])
 
     def stop(self) -> None:
-        if self._live is not None:
-            self._live.close()
-
-
-def _max_rows(limit: ReadLimit) -> int | None:
-    return limit.max_rows if isinstance(limit, ReadMaxRows) else None
-
-
-def _requeue_on_exit(live: LiveConsumer) -> None:
-    """Spark may end the reader's worker with SIGTERM and no stop(): requeue first, then
-    die of it. The handler only starts the requeue, in a thread: in the main thread,
-    which it interrupts, Spark's calls may hold `held.lock`, which the consumer's thread
-    may be waiting for; so it returns at once, and a SIGTERM while the requeue goes on
-    (STOP_TIMEOUT at most) is the same one again. Once it is done, the process is sent
-    SIGTERM anew, which the previous handler (if any) and then the default take."""
-    atexit.register(live.close)
-    if threading.current_thread() is not threading.main_thread():
-        return
-    main_thread = threading.get_ident()
-    previous = signal.getsignal(signal.SIGTERM)
-    requeueing, requeued = threading.Event(), threading.Event()
-
-    def requeue_then_end() -> None:
-        _leave_sigterm_to_the_main_thread()
-        live.close()
-        requeued.set()
-        # To the main thread, where Python runs the handler: a signal to the process
-        # may go to another thread, and leave the main one asleep in Spark's call.
-        signal.pthread_kill(main_thread, signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        if requeued.is_set():
-            if callable(previous):
-                previous(signum, frame)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-        elif not requeueing.is_set():
-            requeueing.set()
-            threading.Thread(target=requeue_then_end, name="nsq-source-stop").start()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    _relay_sigterm_to(main_thread)
-
-
-def _relay_sigterm_to(main_thread: int) -> None:
-    """Wake the main thread for every SIGTERM the process takes. Our threads block it,
-    but a library's thread (Arrow's, Spark's) may not: a SIGTERM it takes trips
-    Python's handler without waking the main thread from Spark's read. Python writes
-    each signal's number to its wakeup fd whichever thread took it; a thread of ours
-    reads them and, for a SIGTERM, sends the main thread a signal whose handler does
-    nothing: the read it sleeps in is interrupted, and Python runs the tripped SIGTERM
-    handler there."""
-    signal.signal(_NUDGE, _nothing)
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-
-    def relay() -> None:
-        _leave_sigterm_to_the_main_thread()
-        while taken := os.read(read_end, 64):
-            if signal.SIGTERM in taken:
-                signal.pthread_kill(main_thread, _NUDGE)
-
-    threading.Thread(target=relay, name="nsq-source-sigterm", daemon=True).start()
-
-
-def _nothing(signum: int, frame: FrameType | None) -> None:
-    """The nudge's handler: interrupting the main thread's call is all it is for."""
-
-
-def _leave_sigterm_to_the_main_thread() -> None:
-    """Block SIGTERM in the calling thread (and so in the threads it starts). The kernel
-    gives a process's signal to any thread not blocking it, and Python runs the handler
-    only in the main thread: taken by another, a SIGTERM leaves the main thread asleep
-    in Spark's read of its next command, and the worker never requeues nor ends (a CI
-    run saw a doubled SIGTERM so ignored). Taken by the main thread, it interrupts
-    that read."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-
-
-async def _end_with_parent() -> None:
-    """End the worker, as SIGTERM does, once its parent is gone (it has a new one): no
-    stop() and no SIGTERM will come from a JVM that was killed."""
-    parent = os.getppid()
-    while os.getppid() == parent:
-        await trio.sleep(PARENT_CHECK_INTERVAL)
-    log.warning("the process that started this worker is gone: requeueing, then exiting")
-    os.kill(os.getpid(), signal.SIGTERM)
+        if self._coordinator is not None:
+            self._coordinator.close()
 
 
 # -- the data source --------------------------------------------------------------------
@@ -471,6 +256,10 @@ async def _end_with_parent() -> None:
 
 class NsqDataSource(DataSource):
     """format("nsq"): readStream (the source) and writeStream (the sink)."""
+
+    # Read tasks per batch unless the readers option says: register() sets the
+    # session's parallelism (the driver's reader, in a Python worker, cannot ask).
+    default_readers: ClassVar[int] = DEFAULT_READERS
 
     @classmethod
     def name(cls) -> str:
@@ -480,7 +269,7 @@ class NsqDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return NsqStreamReader(SourceSettings.of(self.options))
+        return NsqStreamReader(SourceSettings.of(self.options, self.default_readers))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         from nsqtools.spark.sink import NsqStreamWriter, SinkSettings  # it imports this
