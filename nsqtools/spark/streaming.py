@@ -480,6 +480,10 @@ class NsqDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if "startingOffsets" in self.options:  # the Youzan fork's offsets: fork_offsets.py
+            from nsqtools.spark.fork_offsets import ForkOffsetReader, ForkSettings
+
+            return ForkOffsetReader(ForkSettings.of(self.options))
         return NsqStreamReader(SourceSettings.of(self.options))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
