@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from nsqtools.spark import register
 from nsqtools.spark.fork_offsets import ForkOffsetReader, ForkSettings, OffsetRange
@@ -106,6 +106,29 @@ def test_a_range_is_read_exactly_and_again_the_same(fork: YouzanCluster) -> None
     assert rows_of(source, wanted).to_pydict() == first
     inside = OffsetRange(1, mine[1].offset + 1, mine[3].offset + 1)
     assert rows_of(source, inside).to_pydict()["body"] == [mine[2].body, mine[3].body]
+
+
+def test_an_ordered_topic_gives_each_message_once(fork: YouzanCluster) -> None:
+    """SUB_ORDERED, on a channel the task's setoffset created over HTTP: the fork sends
+    its first message twice (spec, "Observed on a running fork"); one row each."""
+    fork.add_topic(ForkTopic("ordered", partitions=2, ordered=True))
+    stored = inject(fork, "ordered", 3)
+    mine = [message for message in stored if message.partition == 0]
+    rows = rows_of(reader(fork, "ordered", "earliest"), OffsetRange(0, 0, end_of(stored, 0)))
+    assert rows.to_pydict()["body"] == [message.body for message in mine]
+    assert any(command.startswith(b"SUB_ORDERED ordered") for command in fork.commands())
+
+
+def test_a_range_planned_before_a_leader_move_is_read_from_the_new_leader(
+    fork: YouzanCluster,
+) -> None:
+    stored = new_topic(fork, "moved", 2)
+    source = reader(fork, "moved", "earliest")
+    end = source.latestOffset({"0": 0, "1": 0}, ReadAllAvailable())
+    fork.move_partition("moved", 0, 1)
+    rows = rows_of(source, OffsetRange(0, 0, end["0"])).to_pydict()
+    assert rows["body"] == [message.body for message in stored if message.partition == 0]
+    assert set(rows["nsqd_address"]) == {fork.nsqd_tcp_addresses[1]}
 
 
 def test_upstream_nsq_is_one_clear_error(lookupd: Nsqlookupd) -> None:

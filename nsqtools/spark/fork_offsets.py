@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamReader, InputPartition
@@ -67,6 +68,9 @@ from nsqtools.spark.streaming import (
     SourceSettings,
 )
 
+if TYPE_CHECKING:
+    import httpx
+
 STARTING_OFFSETS = "startingOffsets"
 EARLIEST = "earliest"
 LATEST = "latest"
@@ -76,8 +80,16 @@ _LATEST_VALUE = -1
 _STARTING_HELP = 'earliest, latest, or JSON like {"0": 1024, "1": 0} (queue offsets)'
 # How long the driver's HTTP requests may take (lookups, /info, /stats).
 HTTP_TIMEOUT = 10.0
+# How long the driver keeps asking for the partitions' ends when a lookup or a leader
+# fails, and how long it waits between two tries.
+PLAN_PATIENCE = 5.0
+RETRY_PAUSE = 0.5
 
 Offsets = dict[str, int]  # {"<partition>": queue offset}
+
+
+class PlanError(RuntimeError):
+    """The partitions' leaders or ends could not be learnt; its message is one line."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,8 @@ class ForkOffsetReader(DataSourceStreamReader):
 
     def _check_fork(self) -> None:
         address = self.settings.source.lookupd_http_addresses[0]
-        version = self._ask(lookupd.info(address)).version
+        with _http_client() as client:
+            version = send_sync(client, lookupd.info(address)).version
         if not is_fork_version(version):
             raise OptionError(
                 f"startingOffsets needs the Youzan fork's partitions: nsqlookupd {address} is "
@@ -203,46 +216,65 @@ class ForkOffsetReader(DataSourceStreamReader):
         each task FIN'd what it read."""
 
     def _spans(self) -> dict[int, PartitionSpan]:
+        """Each partition's span; asked again for a few seconds while a lookup or a
+        leader fails (a leader move takes 0.5-1.4 s: spec, "Publishing and leadership")."""
+        deadline = time.monotonic() + PLAN_PATIENCE
+        while True:
+            try:
+                return self._ask_spans()
+            except (HttpApiError, PlanError) as error:
+                if time.monotonic() >= deadline:
+                    topic = self.settings.source.topic
+                    raise PlanError(f"topic {topic} cannot be read by offsets: {error}") from None
+            time.sleep(RETRY_PAUSE)
+
+    def _ask_spans(self) -> dict[int, PartitionSpan]:
         """Each partition's span, from its leader's /stats (topic backend_start,
         backend_depth and message_count: spec, "nsqd HTTP /stats"; the fork fills them
         from its queue's read start, TotalDataSize and TotalMessageCnt)."""
-        source = self.settings.source
-        leaders = self._leaders()
-        spans: dict[int, PartitionSpan] = {}
-        for address in sorted(set(leaders.values())):
-            stats = self._ask(nsqd.stats(address, source.topic, include_clients=False))
-            for topic in stats.topics:
-                number = topic.partition
-                if topic.topic_name == source.topic and leaders.get(number or 0) == address:
-                    spans[number or 0] = PartitionSpan(
-                        topic.backend_start, topic.backend_depth, topic.message_count
-                    )
+        topic_name = self.settings.source.topic
+        with _http_client() as client:
+            leaders = self._leaders(client)
+            answers = {
+                address: send_sync(client, nsqd.stats(address, topic_name, include_clients=False))
+                for address in set(leaders.values())
+            }
+        spans = {
+            topic.partition: PartitionSpan(
+                topic.backend_start, topic.backend_depth, topic.message_count
+            )
+            for address, stats in answers.items()
+            for topic in stats.topics
+            if topic.topic_name == topic_name
+            and topic.partition is not None
+            and leaders.get(topic.partition) == address
+        }
         if set(spans) != set(leaders):
             absent = sorted(set(leaders) - set(spans))
-            raise OptionError(f"{source.topic}: no /stats for partitions {absent} on their leaders")
+            raise PlanError(f"the leaders of partitions {absent} do not list them")
         return spans
 
-    def _leaders(self) -> dict[int, str]:
+    def _leaders(self, client: httpx.Client) -> dict[int, str]:
         """Each partition's leader's HTTP address, from the first nsqlookupd that knows."""
         source = self.settings.source
         errors = []
         for address in source.lookupd_http_addresses:
             try:
-                found = self._ask(lookupd.topic_lookup(address, source.topic))
+                found = send_sync(client, lookupd.topic_lookup(address, source.topic))
             except HttpApiError as error:
                 errors.append(str(error))
                 continue
             if found.partitions:
                 return {p: node.http_address for p, node in found.partitions.items()}
-        why = "; ".join(errors) or "no nsqlookupd lists its partitions"
-        raise OptionError(f"topic {source.topic} cannot be read by offsets: {why}")
+        raise PlanError("; ".join(errors) or "no nsqlookupd lists its partitions")
 
-    @staticmethod
-    def _ask(call: Any) -> Any:
-        import httpx
 
-        with httpx.Client(timeout=HTTP_TIMEOUT) as client:
-            return send_sync(client, call)
+def _http_client() -> httpx.Client:
+    """A client for the driver's few requests of one plan (httpx is imported here: the
+    tasks never need it)."""
+    import httpx
+
+    return httpx.Client(timeout=HTTP_TIMEOUT)
 
 
 def _resolve(value: int, span: PartitionSpan) -> int:
@@ -276,7 +308,7 @@ async def read_range(source: SourceSettings, wanted: OffsetRange) -> list[tuple[
                     continue
                 mine.append(message)
                 if offset >= wanted.start and offset not in kept:
-                    # A copy (a redelivery, or SUB_ORDERED's first) is not kept twice.
+                    # A redelivery (a message timed out in flight) is not kept twice.
                     kept[offset] = (_first_delivery(message), batch.nsqd_address)
                 position = max(position, offset + size)
             batch.finish(mine)
