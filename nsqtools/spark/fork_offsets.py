@@ -11,8 +11,10 @@ offset lies in [start, end): the driver only plans (latestOffset: each partition
 from its leader's /stats; Spark writes the plan to its offset log before any task
 runs), and each task reads its range in an executor: POST /channel/setoffset
 virtual_queue:start on the partition leader's HTTP API, then SUB_ADVANCED naming the
-partition and no position (its messages carry their queue offset and raw size, which a
-plain SUB's do not: spec, "nsqd TCP", MESSAGE frame), until its position reaches end.
+partition and no position (SUB_ORDERED on an ordered topic): their messages carry their
+queue offset and raw size, which a plain SUB's do not (spec, "nsqd TCP", MESSAGE frame);
+and SUB_ADVANCED with a position would serve a partition of the nsqd's choosing (spec,
+"Observed on a running fork"). It reads until its position reaches end.
 It FINs what it read and closes. A message's data never depends on the delivery: the
 attempts column is always 1 (the fork counts deliveries on the channel, which a replay
 adds to); so a range read again gives the same rows.
@@ -38,10 +40,15 @@ whose commit it did not log, with the same offsets: the same messages, in the sa
 rows; with an idempotent sink, exactly once. A FIN is never the safety net here: the
 offsets are (a message FIN'd in a batch that fails is read again by the replay).
 Leader move: every task and every plan looks the leader up again (queue offsets are the
-same on every replica); a task whose leader moves mid-range retries as a Spark task.
-Speculative tasks (off by default in Spark) would share a channel and must stay off.
-A range ending inside a partition's last message waits for the next message published
-to it (the tail rule above makes that rare).
+same on every replica); a task whose leader moves mid-range follows it (the consumer
+looks it up again; what comes again is dropped by offset), or fails and is retried.
+Speculative tasks (off by default in Spark) would share a channel with the task they
+copy, and either could FIN what the other waits for: spark.speculation must stay off. A
+task on an executor that vanished without closing its connections holds its messages
+until the fork gives up on it (heartbeats, msg_timeout); its retry waits for them.
+A range ending inside a partition's last message, which the tail rule allows only when
+that message is larger than a share's worth of bytes, waits for the next message
+published to the partition.
 """
 
 from __future__ import annotations
