@@ -110,6 +110,9 @@ class TopicStats:
     channels: tuple[ChannelStats, ...]
     e2e_processing_latency: E2eLatency | None
     partition: int | None = None  # None from upstream nsqd, which has no partitions
+    # The fork's: the queue offset its partition's data starts at (older data was
+    # deleted); backend_depth is where it ends (the fork's TotalDataSize, in bytes).
+    backend_start: int = 0
 
     def channel(self, name: str) -> ChannelStats:
         """The channel of that name; KeyError when the topic has none."""
@@ -247,6 +250,7 @@ def _topic(data: Any) -> TopicStats:
         channels=tuple(_channel(channel, partition) for channel in array(data, "channels")),
         e2e_processing_latency=_latency(data),
         partition=partition,
+        backend_start=optional(data, "backend_start", int, 0),
     )
 
 

@@ -269,6 +269,10 @@ class NsqDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if "startingOffsets" in self.options:  # the Youzan fork's offsets: fork_offsets.py
+            from nsqtools.spark.fork_offsets import ForkOffsetReader, ForkSettings
+
+            return ForkOffsetReader(ForkSettings.of(self.options))
         return NsqStreamReader(SourceSettings.of(self.options, self.default_readers))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
