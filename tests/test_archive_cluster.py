@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from nsqtools import formats
-from nsqtools.testing import Nsqd, our_tool, wait_until
+from nsqtools.testing import Nsqd, not_in_nsqd, our_tool, wait_until
 from nsqtools.testing.spark_cluster import RunningCluster
 from tests.conftest import ArchiveRun
 from tests.test_archive_compact import ORIGIN, envelopes, message, written_rows
@@ -77,14 +81,22 @@ def on_cluster(cluster: RunningCluster, events: Path, *args: str) -> ArchiveRun:
 
 def executors_with_tasks(events: Path) -> set[str]:
     """The executors that ran a task that succeeded, from the driver's event log."""
+    return {task["Task Info"]["Executor ID"] for task in successful_tasks(events)}
+
+
+def tasks_per_stage(events: Path) -> dict[int, int]:
+    """Each stage's tasks that succeeded, from the driver's event log."""
+    return dict(Counter(task["Stage ID"] for task in successful_tasks(events)))
+
+
+def successful_tasks(events: Path) -> Iterator[dict[str, Any]]:
+    """The driver's event log's records of tasks that succeeded."""
     (log,) = events.iterdir()
-    executors = set()
     with log.open() as lines:
         for line in lines:
             record = json.loads(line)
             if record["Event"] == "SparkListenerTaskEnd" and not record["Task Info"]["Failed"]:
-                executors.add(record["Task Info"]["Executor ID"])
-    return executors
+                yield record
 
 
 def document(run: ArchiveRun) -> dict[str, Any]:
@@ -181,6 +193,8 @@ from nsqtools.spark.session import SparkSettings, start
 from tests.test_archive_cluster import tagged
 settings = json.loads(sys.argv[1])
 spark, _ = start(SparkSettings(master=settings["master"], conf=settings["conf"]))
+with open(settings["app_id_file"], "w") as file:
+    file.write(spark.sparkContext.applicationId)
 register(spark)
 query = tagged(spark, *settings["query"])
 sys.stdin.read()
@@ -193,10 +207,13 @@ spark.stop()
 def cluster_driver(
     spark_cluster: RunningCluster, nsqd: Nsqd, tmp_path: Path
 ) -> Iterator[subprocess.Popen[str]]:
+    events = tmp_path / "events"
+    events.mkdir()
     settings = {
         "master": spark_cluster.master_url,
-        "conf": dict(spark_cluster.submit_conf),
+        "conf": {**spark_cluster.submit_conf, **EVENT_LOG, "spark.eventLog.dir": str(events)},
         "query": [nsqd.tcp_address, "cluster", "out-cluster", str(tmp_path / "cluster-ckpt")],
+        "app_id_file": str(tmp_path / "app-id"),
     }
     root = str(Path(__file__).resolve().parent.parent)
     argv = [sys.executable, "-c", CLUSTER_DRIVER.format(root=root), json.dumps(settings)]
@@ -205,10 +222,8 @@ def cluster_driver(
     try:
         yield driver
     finally:
-        assert driver.stdin is not None
-        driver.stdin.close()  # the driver stops its query and ends
         try:
-            driver.wait(WAIT)
+            end(driver)
         except subprocess.TimeoutExpired:
             driver.kill()
             driver.wait()
@@ -230,7 +245,11 @@ def delivered(nsqd: Nsqd, topic: str, count: int, query: Any = None) -> Callable
 
 
 def test_a_streaming_query(
-    spark: Any, nsqd: Nsqd, tmp_path: Path, cluster_driver: subprocess.Popen[str]
+    spark: Any,
+    spark_cluster: RunningCluster,
+    nsqd: Nsqd,
+    tmp_path: Path,
+    cluster_driver: subprocess.Popen[str],
 ) -> None:
     from nsqtools.spark import register
 
@@ -254,3 +273,56 @@ def test_a_streaming_query(
     wait_until(cluster_delivered, WAIT, "the cluster's output")
     assert sorted(nsqd.read("out-cluster", len(expected))) == expected
     assert cluster_driver.poll() is None, "the driver on the cluster ended early"
+    end(cluster_driver)
+    # Each micro-batch read by two tasks (the cluster's parallelism), one per executor.
+    events = tmp_path / "events"
+    assert set(tasks_per_stage(events).values()) == {spark_cluster.workers}
+    assert len(executors_with_tasks(events)) == spark_cluster.workers
+
+
+def test_a_streaming_query_through_an_executor_killed(
+    nsqd: Nsqd, tmp_path: Path, cluster_driver: subprocess.Popen[str]
+) -> None:
+    """One of the query's two executors is killed mid-stream (the cluster's worker
+    starts another): its Python workers requeue what they held as its daemon ends them,
+    the batch's tasks run again, and every message arrives at least once."""
+    nsqd.create_channels(INPUT_TOPIC, "cluster")
+    sent = [b"m%03d" % index for index in range(400)]
+    nsqd.publish_many(INPUT_TOPIC, sent)
+    expected = {b"live:" + body for body in sent if not body.endswith(b"7")}
+
+    def running() -> bool:
+        assert cluster_driver.poll() is None, f"the driver ended: see {tmp_path / 'driver.log'}"
+        return True
+
+    wait_until(lambda: running() and delivered(nsqd, "out-cluster", 60)(), WAIT, "some output")
+    app_id = (tmp_path / "app-id").read_text()
+    executor = min(executors_of(app_id))
+    os.kill(executor, signal.SIGKILL)
+    wait_until(
+        lambda: running() and delivered(nsqd, "out-cluster", len(expected))(), WAIT, "the rest"
+    )
+    wait_until(lambda: running() and not trio.run(not_in_nsqd, nsqd, "out-cluster", expected),
+               WAIT, "every message at least once")  # fmt: skip
+
+
+def executors_of(app_id: str) -> set[int]:
+    """The executor processes (JVMs) of the application."""
+    found = set()
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (process / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in command and (
+            app_id.encode() in command
+        ):
+            found.add(int(process.name))
+    return found
+
+
+def end(driver: subprocess.Popen[str]) -> None:
+    """The driver stops its query and ends once its stdin closes."""
+    assert driver.stdin is not None
+    driver.stdin.close()
+    driver.wait(WAIT)

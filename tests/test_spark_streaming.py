@@ -22,6 +22,7 @@ import trio
 from nsqtools.spark import register
 from nsqtools.testing import Nsqd, wait_until
 from nsqtools.testing.cluster import not_in_nsqd
+from nsqtools.testing.faults.targets_spark import driver
 from nsqtools.testing.processes import connected_to, descends_from
 from tests.conftest import DURABLE, LocalNsq
 
@@ -85,11 +86,14 @@ def settled(nsqd: Nsqd, channel: str, finished: int) -> Callable[[], bool]:
 def test_every_message_once_and_each_finished_when_committed(
     nsq_spark: Any, nsqd: Nsqd, queries: list[Any]
 ) -> None:
+    """Two readers (the session's parallelism, local[2]): two consumers, each taking its
+    share of every batch."""
     sent = bodies(120)
     nsqd.publish_many(TOPIC, sent)
     stream = source(nsq_spark, nsqd, "memory", maxMessagesPerTrigger="50")
     queries.append(stream.writeStream.format("memory").queryName("every").start())
     wait_until(lambda: len(rows_of(nsq_spark, "every")) >= len(sent), WAIT, "every row")
+    assert len(nsqd.channel_stats(TOPIC, "memory").clients) == 2
     rows = rows_of(nsq_spark, "every")
     assert sorted(row.body for row in rows) == sent
     assert len({row.id for row in rows}) == len(sent)
@@ -161,6 +165,55 @@ def test_a_batch_slower_than_msg_timeout_is_not_redelivered(
     stats = nsqd.channel_stats(TOPIC, "slow")
     assert (stats.timeout_count, stats.requeue_count) == (0, 0)
     assert sorted(gate.seen) == sent
+
+
+def test_every_message_through_an_nsqd_restart(
+    nsq_spark: Any, durable_nsq: LocalNsq, queries: list[Any]
+) -> None:
+    """nsqd is killed and restarted while the query reads (its queue on disk): the
+    readers reconnect, and every message arrives at least once."""
+    nsqd = durable_nsq.nsqd("restarting", extra_args=DURABLE)
+    sent = bodies(300)
+    nsqd.publish_many(TOPIC, sent)
+    gate = Gate(hold_for=0.5)  # slow batches: the restart comes mid-stream
+    stream = source(nsq_spark, nsqd, "restart", maxMessagesPerTrigger="20")
+    queries.append(stream.writeStream.foreachBatch(gate).start())
+    assert gate.entered.wait(WAIT), "the first batch"
+    nsqd.kill()
+    nsqd.start()
+    wait_until(lambda: set(gate.seen) == set(sent), WAIT, "every message")
+    assert queries[0].exception() is None
+
+
+def test_every_message_through_a_driver_killed_and_restarted(nsqd: Nsqd, tmp_path: Path) -> None:
+    """The application's driver (a process of its own, local[2]) is killed mid-stream:
+    its JVM and its Python workers end with it, the readers requeueing at once
+    (msg_timeout is the default minute: what comes back sooner came back by REQ). The
+    application started again from its checkpoint gets every message."""
+    sent = bodies(2000)
+    nsqd.publish_many(TOPIC, sent)
+    out = tmp_path / "batches.txt"
+    argv = driver("source", nsqd.tcp_address, TOPIC, "driver", str(tmp_path / "ckpt"), str(out))
+
+    def written() -> set[bytes]:
+        return set(out.read_bytes().splitlines()) if out.exists() else set()
+
+    with (tmp_path / "first.log").open("w") as log:
+        first = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+        wait_until(lambda: len(written()) >= 200, WAIT, "the first batches")
+    finally:
+        first.kill()  # the driver alone: its JVM ends as its stdin closes
+        first.wait()
+    assert written() != set(sent), "the query ended before it was killed"
+    wait_until(lambda: nsqd.channel_stats(TOPIC, "driver").in_flight_count == 0, 30, "requeued")
+    with (tmp_path / "again.log").open("w") as log:
+        again = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+        wait_until(lambda: written() == set(sent), WAIT, "every message")
+    finally:
+        again.terminate()
+        again.wait(WAIT)
 
 
 def test_the_sink_through_a_destination_restart(
