@@ -271,6 +271,31 @@ def test_a_missing_option_is_named(nsq_spark: Any, nsqd: Nsqd) -> None:
         query.stop()
 
 
+NO_REUSE_SCRIPT = """
+import sys
+from nsqtools.spark import register
+from nsqtools.spark.session import SparkSettings, start
+conf = {"spark.python.worker.reuse": "false"}
+spark, _ = start(SparkSettings(master="local[1]", conf=conf))
+register(spark)
+query = (spark.readStream.format("nsq").option("topic", sys.argv[1]).option("channel", "c")
+         .option("nsqd_tcp_addresses", sys.argv[2]).load()
+         .writeStream.format("memory").queryName("q").start())
+try:
+    query.awaitTermination(120)
+except Exception as error:
+    print(error)
+"""
+
+
+def test_workers_that_spark_does_not_keep_are_refused(nsqd: Nsqd, tmp_path: Path) -> None:
+    """With spark.python.worker.reuse off, a reader would end with its task: the query
+    fails, saying why."""
+    argv = [sys.executable, "-c", NO_REUSE_SCRIPT, TOPIC, nsqd.tcp_address]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT, cwd=tmp_path)
+    assert "spark.python.worker.reuse must be true" in result.stdout, result.stderr[-2000:]
+
+
 def test_the_readmes_pipelines(
     nsq_spark: Any, nsqd: Nsqd, tmp_path: Path, queries: list[Any]
 ) -> None:

@@ -324,10 +324,23 @@ def holder_for(settings: SourceSettings, coordinator: CoordinatorAddress) -> Hol
         holder = _HOLDERS.get(coordinator.token)
         if holder is not None and not holder.closed.is_set():
             return holder
+        _check_workers_are_reused()
         _requeue_before_dying()
         holder = Holder(settings, coordinator)
         _HOLDERS[coordinator.token] = holder
         return holder
+
+
+def _check_workers_are_reused() -> None:
+    """A Spark task's worker that ends with its task would take its holder along (and
+    leave what it held to msg_timeout): refuse to read there."""
+    from pyspark import TaskContext
+
+    if TaskContext.get() is not None and not os.environ.get("SPARK_REUSE_WORKER"):
+        raise RuntimeError(
+            'format("nsq") reads in Python workers that Spark keeps between tasks: '
+            "spark.python.worker.reuse must be true (its default)"
+        )
 
 
 def _forget(holder: Holder) -> None:
