@@ -159,7 +159,8 @@ def test_a_query_stopped_before_its_commit_requeues_at_once(
     wait_until(lambda: len(rows_of(nsq_spark, "again")) >= len(sent), WAIT, "every row again")
     rows = rows_of(nsq_spark, "again")
     assert sorted(row.body for row in rows) == sent
-    assert {row.attempts for row in rows if row.body in gate.seen} == {2}
+    # Back by REQ (a batch planned while the query stopped may have taken some again).
+    assert min(row.attempts for row in rows if row.body in gate.seen) >= 2
 
 
 def test_a_batch_slower_than_msg_timeout_is_not_redelivered(
@@ -196,9 +197,9 @@ def test_every_message_through_an_nsqd_restart(
 
 def test_every_message_through_a_driver_killed_and_restarted(nsqd: Nsqd, tmp_path: Path) -> None:
     """The application's driver (a process of its own, local[2]) is killed mid-stream:
-    its JVM and its Python workers end with it, the readers requeueing at once
-    (msg_timeout is the default minute: what comes back sooner came back by REQ). The
-    application started again from its checkpoint gets every message."""
+    its JVM and its Python workers end with it, the readers requeueing (none of the
+    messages comes back by nsqd's timeout). The application started again from its
+    checkpoint gets every message."""
     sent = bodies(2000)
     nsqd.publish_many(TOPIC, sent)
     out = tmp_path / "batches.txt"
@@ -215,7 +216,8 @@ def test_every_message_through_a_driver_killed_and_restarted(nsqd: Nsqd, tmp_pat
         first.kill()  # the driver alone: its JVM ends as its stdin closes
         first.wait()
     assert written() != set(sent), "the query ended before it was killed"
-    wait_until(lambda: nsqd.channel_stats(TOPIC, "driver").in_flight_count == 0, 30, "requeued")
+    wait_until(lambda: nsqd.channel_stats(TOPIC, "driver").in_flight_count == 0, WAIT, "back")
+    assert nsqd.channel_stats(TOPIC, "driver").timeout_count == 0, "back by a timeout, not REQ"
     with (tmp_path / "again.log").open("w") as log:
         again = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
     try:
