@@ -360,6 +360,8 @@ holder = readers.holder_for(reader.settings, task.coordinator)
 print("holding", flush=True)
 """
 HOLD = READER_SCRIPT + "time.sleep(120)\n"
+# As PySpark's daemon ends a worker whose socket Spark closed.
+HOLD_THEN_EXIT = READER_SCRIPT + "import os; os._exit(3)\n"
 # Spark's thread (this one) holds the holder's lock until it reads a line.
 HOLD_THE_LOCK = (
     READER_SCRIPT
@@ -399,6 +401,22 @@ def test_sigterm_to_the_readers_worker_requeues_at_once(nsqd: Nsqd) -> None:
         assert worker.wait(30) == -signal.SIGTERM
     finally:
         worker.kill()
+    wait_until(requeued(nsqd, 20), 30, "every message requeued")
+
+
+def test_a_worker_ended_by_os_exit_requeues_first(nsqd: Nsqd) -> None:
+    """PySpark's daemon ends a worker with os._exit when Spark closes its socket (the
+    executor stopping, the query's driver gone): no atexit hook runs, yet the holder
+    must requeue before the process ends."""
+    nsqd.create_channels(TOPIC, "term")
+    nsqd.publish_many(TOPIC, bodies(20))
+    worker = subprocess.run(
+        [sys.executable, "-c", HOLD_THEN_EXIT, TOPIC, nsqd.tcp_address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (worker.returncode, worker.stdout) == (3, "holding\n"), worker.stderr
     wait_until(requeued(nsqd, 20), 30, "every message requeued")
 
 

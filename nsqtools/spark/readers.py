@@ -11,7 +11,8 @@ coordinator (coordination.py) says the batch was committed: then they are FIN'd.
   holds them): the batch is read byte for byte as before.
 - A holder whose control channel ends (the driver's query stopped, failed or is gone)
   requeues everything at once and lets go; so does one whose process gets SIGTERM or
-  SIGHUP (it then dies of it) or whose parent is gone (it then exits), and one that no
+  SIGHUP (it then dies of it), ends with os._exit (as PySpark's daemon ends a worker
+  whose socket Spark closed) or whose parent is gone (it then exits), and one that no
   task has used for idle_timeout while it holds no batch.
 - A process that dies outright (an executor lost) leaves its messages to nsqd, which
   gives them to another consumer after msg_timeout.
@@ -30,7 +31,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
@@ -371,14 +372,28 @@ def _requeue_before_dying() -> None:
     lasts; instead both are blocked in this thread (Spark's: its later threads inherit
     the mask) and taken by a thread of ours with sigwait(), which requeues, then lets
     the signal through to end the process. A signal that comes again meanwhile is the
-    same one."""
+    same one. A normal exit (atexit) and os._exit requeue first too."""
     global _signals_taken
     if _signals_taken:
         return
     _signals_taken = True
     atexit.register(close_all)
+    os._exit = _requeue_then_exit
     signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
     threading.Thread(target=_end_when_signalled, name="nsq-source-signals", daemon=True).start()
+
+
+_exit = os._exit
+
+
+def _requeue_then_exit(status: int) -> NoReturn:
+    """os._exit, after every holder requeued. PySpark's daemon ends its workers with
+    os._exit, which runs no atexit hook: when Spark closes a worker's socket (its
+    executor stopping, or the query's driver gone) the worker's thread leaves at once,
+    before the holder's thread has sent a REQ, and nsqd would give those messages out
+    again only after msg_timeout."""
+    close_all()
+    _exit(status)
 
 
 def _end_when_signalled() -> None:
