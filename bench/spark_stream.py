@@ -8,9 +8,13 @@ largest batch); a query reads them with format("nsq") at maxMessagesPerTrigger B
 first batch (nsqd's first FIN: the query's start is not the source's cost) until nsqd
 counts every message FIN'd (every batch committed). The file pipeline: the same N
 bodies as text files of B lines, read with maxFilesPerTrigger 1 into the same sink,
-timed from the end of its first batch until it has processed N rows. All in one
-session, alternating (per batch size and round: the file run, then one nsq run per
-readers count), --runs rounds; medians of messages per second and their ratio.
+timed from the end of its first batch until it has processed N rows. The Python
+floor: a Python data source of this file's with no I/O at all, whose read tasks (R a
+batch) make the same rows from messages built in memory with format("nsq")'s own
+record_batch; timed as the file pipeline. It is what Spark's Python data source API
+costs by itself: format("nsq") cannot beat it. All in one session, alternating (per
+batch size and round: the file run, then per readers count the floor run and the nsq
+run), --runs rounds; medians of messages per second and their ratios.
 
 Where: local[2] by default; with --cluster, a standalone cluster on loopback
 (nsqtools.testing.spark_cluster: a master and two workers of one core), the driver in
@@ -34,16 +38,25 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from nsqtools.httpapi import nsqd as nsqd_api
 from nsqtools.httpapi import send_sync
+from nsqtools.protocol import Message
 from nsqtools.spark import register
 from nsqtools.spark.session import SparkSettings, start
+from nsqtools.spark.streaming import SCHEMA, record_batch
 from nsqtools.testing import Nsqd, wait_until
 from nsqtools.testing.spark_cluster import SparkCluster
 
@@ -124,14 +137,82 @@ def file_throughput(spark: Any, folder: Path, count: int, batch: int, run: str) 
         .start()
     )
     try:
-
-        def processed() -> int:
-            rows: int = sum(progress["numInputRows"] for progress in query.recentProgress)
-            return rows
-
-        return rate(processed, count)
+        return rate(lambda: rows_processed(query), count)
     finally:
         query.stop()
+
+
+@dataclass(frozen=True)
+class FloorPartition(InputPartition):
+    first: int
+    count: int
+
+
+class FloorReader(DataSourceStreamReader):
+    """A batch of `batch` rows per trigger until `total`, in `readers` tasks: the rows
+    format("nsq") would make, from messages made in the task. Classes of the __main__
+    module: Spark's workers get them pickled by value, with no path to this file."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.total, self.batch = int(options["total"]), int(options["batch"])
+        self.readers = int(options["readers"])
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"rows": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.batch)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        return {"rows": min(start["rows"] + self.batch, self.total)}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        rows = end["rows"] - start["rows"]
+        share = -(-rows // self.readers)
+        firsts = range(start["rows"], end["rows"], share)
+        return [FloorPartition(first, min(share, end["rows"] - first)) for first in firsts]
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, FloorPartition)
+        body = b"x" * BODY_SIZE
+        made = [
+            (Message(b"%016x" % number, time.time_ns(), 1, body), "floor:4150")
+            for number in range(partition.first, partition.first + partition.count)
+        ]
+        return iter([record_batch("floor", made)])
+
+
+class FloorSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "nsq-floor"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return FloorReader(self.options)
+
+
+def floor_throughput(spark: Any, count: int, batch: int, readers: int) -> float:
+    query = (
+        spark.readStream.format(FloorSource.name())
+        .option("total", str(count))
+        .option("batch", str(batch))
+        .option("readers", str(readers))
+        .load()
+        .writeStream.format("noop")
+        .start()
+    )
+    try:
+        return rate(lambda: rows_processed(query), count)
+    finally:
+        query.stop()
+
+
+def rows_processed(query: Any) -> int:
+    rows: int = sum(progress["numInputRows"] for progress in query.recentProgress)
+    return rows
 
 
 class Visible:
@@ -217,30 +298,41 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def throughput(spark: Any, nsqd: Nsqd, folder: Path, args: argparse.Namespace, batch: int) -> None:
-    """Rounds of the file run then one nsq run per readers count, at one batch size;
-    prints a row per readers count."""
+    """Rounds of the file run then, per readers count, the floor run and the nsq run, at
+    one batch size; prints a row per readers count."""
     readers = [int(count) for count in args.readers.split(",")]
     ours: dict[int, list[float]] = {count: [] for count in readers}
+    floors: dict[int, list[float]] = {count: [] for count in readers}
     files: list[float] = []
     for run in range(1, args.runs + 1):
         files.append(file_throughput(spark, folder, args.messages, batch, f"{batch}-{run}"))
         for count in readers:
+            floors[count].append(floor_throughput(spark, args.messages, batch, count))
             name = f"{batch}-{run}-{count}"
             ours[count].append(nsq_throughput(spark, nsqd, args.messages, batch, count, name))
+    file = statistics.median(files)
     for count in readers:
-        ratio = statistics.median(ours[count]) / statistics.median(files)
+        nsq, floor = statistics.median(ours[count]), statistics.median(floors[count])
         print(
-            f"{batch:>6} {count:>7}  {' '.join(f'{v:8,.0f}' for v in ours[count]):<28}"
-            f"{' '.join(f'{v:8,.0f}' for v in files):<28}{ratio:.2f}",
+            f"{batch:>6} {count:>7}  {runs(ours[count])}{runs(floors[count])}{runs(files)}"
+            f"{nsq / file:>9.2f}{floor / file:>9.2f}{nsq / floor:>9.2f}",
             flush=True,
         )
 
 
+def runs(values: list[float]) -> str:
+    return f"{' '.join(f'{value:7,.0f}' for value in values):<26}"
+
+
 def measure(spark: Any, nsqd: Nsqd, folder: Path, args: argparse.Namespace, where: str) -> None:
     register(spark)
+    spark.dataSource.register(FloorSource)
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     print(f"{args.messages:,} messages of {BODY_SIZE} bytes, {where}; msgs/s", flush=True)
-    print("batch  readers  nsq runs                    file runs                   nsq/file")
+    print(
+        f"{'batch':>6} {'readers':>7}  {'nsq runs':<26}{'floor runs':<26}{'file runs':<26}"
+        f"{'nsq/file':>9}{'flr/file':>9}{'nsq/flr':>9}"
+    )
     for batch in (int(size) for size in args.batches.split(",")):
         throughput(spark, nsqd, folder, args, batch)
     for name, values in (
