@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,17 +84,29 @@ def executors_with_tasks(events: Path) -> set[str]:
 
 
 def tasks_per_stage(events: Path) -> dict[int, int]:
-    """Each stage's tasks that succeeded, from the driver's event log."""
-    return dict(Counter(task["Stage ID"] for task in successful_tasks(events)))
+    """Each completed stage's number of tasks, from the driver's event log. A stage the
+    query's stop cancelled (some of its tasks done, some not) is not counted."""
+    return {
+        record["Stage Info"]["Stage ID"]: record["Stage Info"]["Number of Tasks"]
+        for record in event_records(events, "SparkListenerStageCompleted")
+        if "Failure Reason" not in record["Stage Info"]
+    }
 
 
 def successful_tasks(events: Path) -> Iterator[dict[str, Any]]:
     """The driver's event log's records of tasks that succeeded."""
+    for record in event_records(events, "SparkListenerTaskEnd"):
+        if not record["Task Info"]["Failed"]:
+            yield record
+
+
+def event_records(events: Path, kind: str) -> Iterator[dict[str, Any]]:
+    """The driver's event log's records of one kind."""
     (log,) = events.iterdir()
     with log.open() as lines:
         for line in lines:
             record = json.loads(line)
-            if record["Event"] == "SparkListenerTaskEnd" and not record["Task Info"]["Failed"]:
+            if record["Event"] == kind:
                 yield record
 
 
