@@ -22,7 +22,7 @@ import trio
 from nsqtools.archive.inprogress import recover_crashed_files
 from nsqtools.archive.names import BadName
 from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings, TopicArchive
-from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
 from nsqtools.runtime.deadletters import GivenUp
 from nsqtools.runtime.progress import measure_rate
 from nsqtools.runtime.sinks import SinkFailed
@@ -58,9 +58,14 @@ class StatusLine(Protocol):
     def end(self) -> None: ...
 
 
-async def run_archive(settings: ArchiveRunSettings, status: StatusLine | None = None) -> None:
+async def run_archive(
+    settings: ArchiveRunSettings,
+    status: StatusLine | None = None,
+    run_counters: RunCounters | None = None,
+) -> None:
     """Repair what a crash left, archive until the stop, close every archive; raise the
-    first failure (SinkFailed, GivenUp) once every archive is closed."""
+    first failure (SinkFailed, GivenUp) once every archive is closed. run_counters, if
+    given, is kept up to date as the run goes (the metrics)."""
     archive = settings.archive
     await trio.to_thread.run_sync(
         recover_crashed_files, archive.work_dir, archive.output_dir, archive.names
@@ -91,7 +96,13 @@ async def run_archive(settings: ArchiveRunSettings, status: StatusLine | None = 
         if status is not None:
             nursery.start_soon(_keep_status, counters, status)
         try:
-            await run_consumers(consume, sink_for, _topic_finder(settings), on_hangup=close_all)
+            await run_consumers(
+                consume,
+                sink_for,
+                _topic_finder(settings),
+                on_hangup=close_all,
+                counters=run_counters,
+            )
         except (SinkFailed, GivenUp) as error:
             failure = error
         for topic_archive in archives.values():  # every one, even after a failure

@@ -6,8 +6,10 @@ same output byte for byte (nsqtools.stats.text). Beyond it: without --channel, t
 topic and every channel; a missing topic or channel is polled again, not fatal (with
 --count, until it has been missing from as many polls as the run takes: exit 1); an
 nsqd that fails is said on stderr and polled again; rates over the measured interval;
---format json (one object per poll); on a terminal, a live table (statview.py)
-with each nsqd's rows, the rates' history, paused state and e2e latency.
+--format json (one object per poll); --format prometheus (each poll's counters per
+nsqd, topic and channel in Prometheus's text format, stats.prometheus: of every topic
+when no --topic is given, as a scrape wants them all); on a terminal, a live table
+(statview.py) with each nsqd's rows, the rates' history, paused state and e2e latency.
 
 Blocking, for a start within Go's: the polls run on threads (httpapi.blocking), the
 beat on the monotonic clock, signals end the run (runtime.signals.run_until_stopped);
@@ -47,10 +49,12 @@ from nsqtools.commands.options import (
 
 if TYPE_CHECKING:
     from nsqtools.cluster import Cluster
+    from nsqtools.httpapi.blocking import BlockingClient
+    from nsqtools.stats.polling import Poller
     from nsqtools.stats.tracking import Report
 
 TOOL = "nsq_stat"
-FORMATS = ("auto", "table", "plain", "json")
+FORMATS = ("auto", "table", "plain", "json", "prometheus")
 
 log = logging.getLogger("nsqtools.stat")
 
@@ -72,7 +76,7 @@ class GoCount(click.ParamType[int]):
 
 @dataclass(frozen=True)
 class StatSettings:
-    topic: str
+    topic: str  # "": every topic (--format prometheus only)
     channel: str | None  # None: the topic and every channel
     interval: float
     count: int | None  # polls with rows to print; None: until a signal
@@ -84,7 +88,11 @@ class StatSettings:
 
 
 @click.command("stat", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
-@click.option("--topic", shell_complete=completers.topics, help="NSQ topic.")
+@click.option(
+    "--topic",
+    shell_complete=completers.topics,
+    help="NSQ topic  [with --format prometheus, default: every topic]",
+)
 @click.option("--channel", help="NSQ channel  [default: the topic and every channel]")
 @click.option(
     "--interval",
@@ -107,7 +115,9 @@ class StatSettings:
     default="auto",
     show_default=True,
     help="table: a live table, each nsqd's rows, the rates' history; plain: Go's rows; "
-    "json: one JSON object per poll (auto: table on a terminal, else plain).",
+    "json: one JSON object per poll; prometheus: each poll's counters per nsqd, topic and "
+    "channel in Prometheus's text format (--count 1: one, for a scrape) (auto: table on a "
+    "terminal, else plain).",
 )
 @logging_options(TOOL)
 @version_option(TOOL)
@@ -124,7 +134,7 @@ def _settings(options: dict[str, Any]) -> StatSettings:
     from nsqtools.cluster import Cluster
     from nsqtools.protocol import LocalProtocolError, check_channel, check_topic
 
-    if not options["topic"]:
+    if not options["topic"] and options["output_format"] != "prometheus":
         fail("--topic is required")
     if options["interval"] <= 0:
         fail("--interval should be positive")
@@ -137,7 +147,8 @@ def _settings(options: dict[str, Any]) -> StatSettings:
     nsqd, lookupd = options["nsqd_http_addresses"], options["lookupd_http_addresses"]
     _check_addresses(nsqd, lookupd)
     try:
-        check_topic(options["topic"])
+        if options["topic"]:
+            check_topic(options["topic"])
         if options["channel"]:
             check_channel(options["channel"])
     except LocalProtocolError as error:
@@ -146,7 +157,7 @@ def _settings(options: dict[str, Any]) -> StatSettings:
     if output_format == "auto":
         output_format = "table" if os.isatty(1) else "plain"
     return StatSettings(
-        topic=options["topic"],
+        topic=options["topic"] or "",
         channel=options["channel"] or None,
         interval=options["interval"],
         count=options["count"],
@@ -212,6 +223,9 @@ def stat(settings: StatSettings) -> None:
     agent = {"User-Agent": f"{TOOL}/{__version__} nsqtools/{__version__}"}
     client = BlockingClient(settings.connect_timeout, settings.request_timeout, agent)
     poller = Poller(settings.cluster, settings.topic, settings.channel)
+    if settings.output_format == "prometheus":
+        run_until_stopped(lambda: _print_expositions(settings, client, poller), hangup_stops=True)
+        return
     tracker = Tracker(settings.topic, settings.channel)
     rows = RowCount(settings.count) if settings.count is not None else None
 
@@ -229,6 +243,38 @@ def stat(settings: StatSettings) -> None:
                     break
 
     run_until_stopped(poll_and_show, hangup_stops=True)  # Go: SIGHUP stops too
+
+
+def _print_expositions(settings: StatSettings, client: BlockingClient, poller: Poller) -> None:
+    """--format prometheus: each poll's counters as one exposition on stdout, --count of
+    them (each poll counts: nothing is a baseline); what failed on stderr, when it
+    changes."""
+    from nsqtools.runtime.stdio import PipeClosed, silence_stdout, write_all
+    from nsqtools.stats.polling import beats
+    from nsqtools.stats.prometheus import poll_exposition
+
+    told: set[str] = set()
+    for polled in beats(settings.interval):
+        poll = client.run(poller.poll())
+        failures = [
+            f"{failure.server} {failure.address}: {failure.reason}"
+            for failure in poll.lookupd_failures
+        ]
+        failures += [
+            f"nsqd {node.address}: {node.error.reason}"
+            for node in poll.nodes
+            if node.error is not None
+        ]
+        for line in set(failures) - told:
+            log.warning("%s", line)
+        told = set(failures)
+        try:
+            write_all(1, poll_exposition(poll, settings.topic, settings.channel).encode())
+        except PipeClosed:
+            silence_stdout()
+            return
+        if settings.count is not None and polled + 1 >= settings.count:
+            return
 
 
 def _output(settings: StatSettings) -> AbstractContextManager[Output]:

@@ -36,6 +36,7 @@ from nsqtools.commands.options import (
     dead_letter_options,
     fork_consumer_options,
     logging_options,
+    metrics_option,
     nsqd_and_lookupd_addresses,
 )
 
@@ -63,6 +64,7 @@ class TailSettings:
     dead_letters: DeadLetterSettings
     partition: int | None = None  # the Youzan fork's
     start_at: StartPosition | None = None
+    metrics_address: str | None = None
 
 
 def _settings(options: dict[str, Any]) -> TailSettings:
@@ -102,6 +104,7 @@ def _settings(options: dict[str, Any]) -> TailSettings:
         dead_letters=dead_letter_settings(options),
         partition=options["partition"],
         start_at=start_at,
+        metrics_address=options["metrics_address"],
     )
 
 
@@ -156,6 +159,7 @@ def _check_format(output_format: str) -> None:
 @fork_consumer_options()
 @connection_options("consumer-opt")
 @logging_options(TOOL)
+@metrics_option
 @version_option(TOOL)
 def command(**options: Any) -> None:
     """Consume topics and print each message to stdout."""
@@ -204,7 +208,8 @@ class _Renderer:
 async def tail(settings: TailSettings) -> None:
     import os
 
-    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+    from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
+    from nsqtools.runtime.metrics import run_families, serving_metrics
     from nsqtools.runtime.stdio import StdoutWriter, silence_stdout
     from nsqtools.runtime.stdout import StdoutSink
 
@@ -221,7 +226,10 @@ async def tail(settings: TailSettings) -> None:
         start_at=settings.start_at,
         dead_letters=settings.dead_letters,
     )
-    summary = await run_consumers(consume, lambda topic: sink)
+    counters = RunCounters()
+    metrics = functools.partial(run_families, counters, settings.channel, "written")
+    async with serving_metrics(settings.metrics_address, metrics):
+        summary = await run_consumers(consume, lambda topic: sink, counters=counters)
     if summary.sink_closed:
         silence_stdout()
 

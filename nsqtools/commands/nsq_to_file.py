@@ -10,6 +10,7 @@ terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on 
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ from nsqtools.commands.options import (
     dead_letter_options,
     http_client_timeouts,
     logging_options,
+    metrics_option,
     negative_as_zero,
     nsqd_and_lookupd_addresses,
 )
@@ -162,6 +164,7 @@ TOOL = "nsq_to_file"
 @http_client_timeouts("5s", "lookupd")
 @connection_options("consumer-opt")
 @logging_options(TOOL)
+@metrics_option
 @version_option(TOOL)
 def command(**options: Any) -> None:
     """Write the messages of topics to files, rotated, optionally gzipped."""
@@ -169,7 +172,7 @@ def command(**options: Any) -> None:
     shown = options["status"]
     status = _StatusLine() if (sys.stderr.isatty() if shown is None else shown) else None
     configure_logging(options["log_level"], options["log_prefix"])
-    run_event_loop(_archive, settings, status)
+    run_event_loop(_archive, settings, status, options["metrics_address"])
 
 
 def _settings(options: dict[str, Any]) -> ArchiveRunSettings:
@@ -285,13 +288,20 @@ def _check_names(topics: list[str], channel: str, names: FilenameFormat) -> None
         fail(str(error))
 
 
-async def _archive(settings: ArchiveRunSettings, status: StatusLine | None) -> None:
+async def _archive(
+    settings: ArchiveRunSettings, status: StatusLine | None, metrics_address: str | None
+) -> None:
     from nsqtools.archive.run import run_archive
+    from nsqtools.runtime.consuming import RunCounters
     from nsqtools.runtime.deadletters import GivenUp
+    from nsqtools.runtime.metrics import run_families, serving_metrics
     from nsqtools.runtime.sinks import SinkFailed
 
+    counters = RunCounters()
+    metrics = functools.partial(run_families, counters, settings.archive.channel, "written")
     try:
-        await run_archive(settings, status)
+        async with serving_metrics(metrics_address, metrics):
+            await run_archive(settings, status, counters)
     except (SinkFailed, GivenUp) as error:
         fail(str(error))
 

@@ -11,6 +11,7 @@ quietly sends every message to every address: ask for that by name, `all`); a 42
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from nsqtools.commands.options import (
     dead_letter_settings,
     http_client_timeouts,
     logging_options,
+    metrics_option,
     nsqd_and_lookupd_addresses,
     passthrough_config,
     relay_options,
@@ -61,6 +63,7 @@ class ToHttpSettings:
     relay: HttpRelaySettings
     status_every: int
     dead_letters: DeadLetterSettings
+    metrics_address: str | None = None
 
 
 @click.command("to-http", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
@@ -128,6 +131,7 @@ class ToHttpSettings:
 @relay_options("address")
 @connection_options("consumer-opt")
 @logging_options(TOOL)
+@metrics_option
 @version_option(TOOL)
 def command(**options: Any) -> None:
     """Send the messages of a topic to HTTP endpoints (GET or POST)."""
@@ -181,6 +185,7 @@ def _settings(options: dict[str, Any]) -> ToHttpSettings:
         relay=relay,
         status_every=options["status_every"],
         dead_letters=dead_letter_settings(options),
+        metrics_address=options["metrics_address"],
     )
 
 
@@ -213,8 +218,9 @@ def _targets(options: dict[str, Any]) -> list[Target]:
 async def to_http(settings: ToHttpSettings) -> None:
     from nsqtools.commands.consoles import go_log
     from nsqtools.relays.http import HttpCounts, HttpRelay
-    from nsqtools.relays.status import RelayStatus
+    from nsqtools.relays.status import RelayStatus, sent_families
     from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
+    from nsqtools.runtime.metrics import run_families, serving_metrics
 
     consume = ConsumeSettings(
         topics=[settings.topic],
@@ -228,11 +234,16 @@ async def to_http(settings: ToHttpSettings) -> None:
     status = RelayStatus(settings.status_every, addresses, go_log)
     counts = HttpCounts()
     run = RunCounters()
-    try:
-        async with HttpRelay(settings.relay, status, counts) as relay:
-            await run_consumers(consume, lambda topic: relay, counters=run)
-    finally:
-        go_log(summary(counts, sum(run.given_up.values())))
+    metrics = (
+        functools.partial(run_families, run, settings.channel),
+        functools.partial(sent_families, status, settings.channel),
+    )
+    async with serving_metrics(settings.metrics_address, *metrics):
+        try:
+            async with HttpRelay(settings.relay, status, counts) as relay:
+                await run_consumers(consume, lambda topic: relay, counters=run)
+        finally:
+            go_log(summary(counts, sum(run.given_up.values())))
 
 
 def summary(counts: HttpCounts, given_up: int) -> str:

@@ -9,6 +9,7 @@ uses round-robin), and `all` publishes every message to every destination; a bad
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from nsqtools.commands.options import (
     dead_letter_options,
     dead_letter_settings,
     logging_options,
+    metrics_option,
     nsqd_and_lookupd_addresses,
     passthrough_config,
     relay_options,
@@ -59,6 +61,7 @@ class RelaySettings:
     json_filter: JsonFilter
     status_every: int
     dead_letters: DeadLetterSettings
+    metrics_address: str | None = None
 
 
 @click.command("to-nsq", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
@@ -107,6 +110,7 @@ class RelaySettings:
 @relay_options("destination")
 @connection_options("consumer-opt")
 @logging_options(TOOL)
+@metrics_option
 @version_option(TOOL)
 def command(**options: Any) -> None:
     """Relay topics to other nsqds; FIN each message once a destination accepted it."""
@@ -154,6 +158,7 @@ def _settings(options: dict[str, Any]) -> RelaySettings:
         json_filter=_json_filter(options),
         status_every=options["status_every"],
         dead_letters=dead_letter_settings(options),
+        metrics_address=options["metrics_address"],
     )
 
 
@@ -170,8 +175,9 @@ def _json_filter(options: dict[str, Any]) -> JsonFilter:
 async def relay(settings: RelaySettings) -> None:
     from nsqtools.commands.consoles import go_log
     from nsqtools.relays.nsq import Relay
-    from nsqtools.relays.status import RelayStatus
-    from nsqtools.runtime.consuming import ConsumeSettings, run_consumers
+    from nsqtools.relays.status import RelayStatus, sent_families
+    from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
+    from nsqtools.runtime.metrics import run_families, serving_metrics
 
     consume = ConsumeSettings(
         topics=settings.topics,
@@ -182,16 +188,24 @@ async def relay(settings: RelaySettings) -> None:
         dead_letters=settings.dead_letters,
     )
     status = RelayStatus(settings.status_every, settings.destinations, go_log)
-    async with Relay(
-        settings.destinations,
-        settings.destination_topic,
-        settings.producer_config,
-        settings.mode,
-        json_filter=settings.json_filter,
-        status=status,
-        report=go_log,
-    ) as relaying:
-        await run_consumers(consume, relaying.sink)
+    counters = RunCounters()
+    metrics = (
+        functools.partial(run_families, counters, settings.channel),
+        functools.partial(sent_families, status, settings.channel),
+    )
+    async with (
+        serving_metrics(settings.metrics_address, *metrics),
+        Relay(
+            settings.destinations,
+            settings.destination_topic,
+            settings.producer_config,
+            settings.mode,
+            json_filter=settings.json_filter,
+            status=status,
+            report=go_log,
+        ) as relaying,
+    ):
+        await run_consumers(consume, relaying.sink, counters=counters)
 
 
 def main() -> None:

@@ -529,3 +529,28 @@ def check_addresses(addresses: Sequence[str], option: str) -> None:
             split_address(address)
         except AddressError as error:
             fail(f"{option}: {error}")
+
+
+def metrics_option(function: F) -> F:
+    """--metrics-address: the long-running tools' counters for Prometheus
+    (nsqtools.runtime.metrics), on an address checked here (a usage error, exit 2)."""
+    from nsqtools.commands.front import OTHER
+
+    def checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        from nsqtools.addresses import AddressError, split_bind_address
+
+        if value is not None:
+            try:
+                split_bind_address(value)
+            except AddressError as error:
+                raise click.BadParameter(str(error)) from None
+        return value
+
+    return grouped_option(
+        OTHER,
+        "--metrics-address",
+        metavar="HOST:PORT",
+        callback=checked,
+        help="Serve the tool's counters in Prometheus's text format at "
+        "http://HOST:PORT/metrics (port 0: any free port, logged).",
+    )(function)

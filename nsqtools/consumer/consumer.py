@@ -149,6 +149,11 @@ class Consumer:
         return min((link.conn.identify.msg_timeout for link in links if link.conn), default=None)
 
     @property
+    def in_flight(self) -> int:
+        """Messages the connected nsqds sent that are not answered yet (FIN, REQ)."""
+        return sum(link.in_flight for link in self._connections.live())
+
+    @property
     def connected_addresses(self) -> list[str]:
         return [link.address for link in self._connections.live()]
 

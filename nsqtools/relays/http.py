@@ -248,6 +248,7 @@ class HttpRelay:
                 self._requeue(work, failure, retry_after)
                 return
             self.status.record_destination(target.address, took, len(work.messages))
+            self.status.count_sent(work.delivery.topic, target.address, len(work.messages))
         self._succeeded.append((work, trio.current_time() - started))
         self._succeeded_messages += len(work.messages)
         self._fin_due.set()

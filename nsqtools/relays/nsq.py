@@ -140,12 +140,20 @@ class Relay:
             end = bisect_left(tokens, first + published.count, position)
             if self.status is not None:
                 self.status.record(now - published.accepted_at, end - position, outcome.nsqd)
+                if outcome.error is None:
+                    self._count_sent(published.delivery.topic, end - position, outcome.nsqd)
             published.left -= end - position
             if not published.left:
                 del self._published[first]
                 self._firsts.remove(first)
             self._settle_some(published, first, tokens[position:end], outcome.error)
             position = end
+
+    def _count_sent(self, topic: str, count: int, nsqd: str | None) -> None:
+        """Messages acknowledged by `nsqd`, or (None: the `all` mode) by every one."""
+        assert self.status is not None
+        for destination in [nsqd] if nsqd is not None else self.producer.addresses:
+            self.status.count_sent(topic, destination, count)
 
     def _settle_some(
         self,

@@ -11,14 +11,19 @@ beyond Go, the line ends with the rate since the last one. The first line comes 
 status_every + 1 requests (Go prints when its ring of timings wraps), then one every
 status_every. Go warns when fewer than 100 are asked for. Each line goes to the `emit`
 the command gives (nsqtools.commands.consoles.go_log: Go's logger on stderr).
+
+RelayStatus also counts the messages each destination took, per source topic, for
+the metrics (sent_families; nsqtools.runtime.metrics serves them).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
+
+from nsqtools.exposition import Family, counter
 
 Emit = Callable[[str], None]  # a status line, without the time: the command logs it
 
@@ -87,6 +92,7 @@ class RelayStatus:
             if len(destinations) > 1
             else {}
         )
+        self.sent: Counter[tuple[str, str]] = Counter()  # by (source topic, destination)
 
     def record(self, seconds: float, count: int, destination: str | None) -> None:
         """`count` requests to `destination` (None: not known) that took `seconds`."""
@@ -99,3 +105,20 @@ class RelayStatus:
         metrics = self.per_destination.get(destination)
         if metrics is not None:
             metrics.record(seconds, count)
+
+    def count_sent(self, topic: str, destination: str, count: int) -> None:
+        """`count` messages of `topic` that `destination` took (acknowledged, accepted)."""
+        self.sent[topic, destination] += count
+
+
+def sent_families(status: RelayStatus, channel: str) -> list[Family]:
+    """The messages each destination took, for the metrics (beside the run's)."""
+    family = counter(
+        "nsqtools_messages_sent_total",
+        "Messages a destination took (an nsqd acknowledged them, an endpoint accepted them).",
+        [
+            ({"topic": topic, "channel": channel, "destination": destination}, count)
+            for (topic, destination), count in sorted(status.sent.items())
+        ],
+    )
+    return [family]

@@ -16,6 +16,9 @@ connecting: sinks get a last flush, and what no sink settled is requeued by the
 consumers' clean stop. A sink's passing failure (an OSError) requeues the delivery with
 backoff and the run goes on; a SinkFailed stops every consumer the same way, then ends
 the run with it.
+
+RunCounters keeps what the run did, and each topic's TopicProgress what it holds now:
+for status lines and the metrics (runtime.metrics), read when scraped.
 """
 
 from __future__ import annotations
@@ -87,16 +90,34 @@ class RunCounters:
     delivered: int = 0  # messages handed to sinks (again, after a failure)
     failed: int = 0  # messages whose sink failed them (requeued)
     given_up: Counter[str] = field(default_factory=Counter)  # kept as dead letters, by why
+    topics: dict[str, TopicProgress] = field(default_factory=dict)  # those consumed so far
 
 
-async def _touch_unsettled(consumer: Consumer, unsettled: deque[Delivery]) -> None:
+class TopicProgress:
+    """One topic's consumer and the deliveries its sink holds unsettled, oldest first,
+    each with when it was handed over: what the metrics read when scraped."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.unsettled: deque[tuple[float, Delivery]] = deque()
+        self.output = 0  # messages the sink settled done (written, or acknowledged)
+
+    def oldest_unsettled_age(self, now: float) -> float:
+        """Seconds since the oldest delivery not settled yet was handed over (0: none)."""
+        for handed_at, delivery in self.unsettled:
+            if not delivery.settled:
+                return now - handed_at
+        return 0.0
+
+
+async def _touch_unsettled(consumer: Consumer, unsettled: deque[tuple[float, Delivery]]) -> None:
     """TOUCH what sinks hold unsettled, three times per msg_timeout: a relay whose
     destination is down holds deliveries while it redials, and nsqd would otherwise
     take them back and send them again (a duplicate each, once the destination is back).
     nsqd extends a message's timeout so up to its --max-msg-timeout (15 min)."""
     while True:
         await trio.sleep((consumer.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3)
-        for delivery in unsettled:
+        for _, delivery in unsettled:
             delivery.touch()
 
 
@@ -204,13 +225,14 @@ class _ConsumingRun:
             async with self._open(topic) as consumer:
                 self.cancelled_by_stop.discard(connecting)
                 self.consumers[topic] = consumer
+                progress = self.counters.topics[topic] = TopicProgress(consumer)
                 if self.stopped.is_set():
                     consumer.stop()
                 task_status.started()
                 started = True
                 with trio.CancelScope() as drain:
                     self.drains.append(drain)
-                    await self._drain(consumer, self.sink_for(topic))
+                    await self._drain(progress, self.sink_for(topic))
                     await self.dead_letters.wait_all_kept()  # FIN'd while connected
         if not started:
             task_status.started()
@@ -252,15 +274,13 @@ class _ConsumingRun:
         letters = Letters(origin, exhausted, exhausted.messages, reason, PAST_MAX_ATTEMPTS)
         self.dead_letters.keep(letters)
 
-    async def _drain(self, consumer: Consumer, sink: Sink) -> None:
-        # Deliveries the sink has not settled yet, oldest first: while there are none (a
-        # sink that settles at once), a starved consumer has nothing to flush for.
-        unsettled: deque[Delivery] = deque()
+    async def _drain(self, progress: TopicProgress, sink: Sink) -> None:
+        consumer = progress.consumer
         async with trio.open_nursery() as nursery:
             if sink.tick_interval is not None:
                 nursery.start_soon(self._tick_every, sink, consumer)
-            nursery.start_soon(_touch_unsettled, consumer, unsettled)
-            await self._deliver_all(consumer, sink, unsettled)
+            nursery.start_soon(_touch_unsettled, consumer, progress.unsettled)
+            await self._deliver_all(progress, sink)
             await self._flush(sink)
             nursery.cancel_scope.cancel()
 
@@ -291,12 +311,16 @@ class _ConsumingRun:
             self.failure = error
         self.stop()
 
-    async def _deliver_all(
-        self, consumer: Consumer, sink: Sink, unsettled: deque[Delivery]
-    ) -> None:
+    async def _deliver_all(self, progress: TopicProgress, sink: Sink) -> None:
+        consumer = progress.consumer
+        # Deliveries the sink has not settled yet, oldest first: while there are none (a
+        # sink that settles at once), a starved consumer has nothing to flush for. Each
+        # goes in before accept(), which may wait: unanswered meanwhile, TOUCHed too.
+        unsettled = progress.unsettled
         async for batch in consumer:  # within the budget: the consumer took them from it
-            delivery = Delivery(consumer.topic, batch, _Settler(self, consumer, batch))
+            delivery = Delivery(consumer.topic, batch, _Settler(self, progress, batch))
             self.counters.delivered += delivery.count
+            unsettled.append((trio.current_time(), delivery))
             try:
                 await sink.accept(delivery)
             except SinkClosed:
@@ -311,9 +335,7 @@ class _ConsumingRun:
             except (OSError, NsqError) as error:
                 log.warning("%s: %d messages requeued: %s", consumer.topic, delivery.count, error)
                 delivery.requeue()
-            if not delivery.settled:
-                unsettled.append(delivery)
-            while unsettled and unsettled[0].settled:
+            while unsettled and unsettled[0][1].settled:
                 unsettled.popleft()
             if self.budget is not None and self.budget.spent:
                 self.stop()
@@ -337,13 +359,15 @@ class _Settler:
     """What the runtime makes of one delivery (one consumer's batch) as its sink settles
     it: FIN, REQ (with the counts and -n that go with it), or a dead letter then FIN."""
 
-    def __init__(self, run: _ConsumingRun, consumer: Consumer, batch: ReceivedBatch) -> None:
+    def __init__(self, run: _ConsumingRun, progress: TopicProgress, batch: ReceivedBatch) -> None:
         self.run = run
-        self.consumer = consumer
+        self.progress = progress
+        self.consumer = progress.consumer
         self.batch = batch
 
     def finish(self, delivery: Delivery, messages: list[Message] | None) -> None:
         self.batch.finish(messages)
+        self.progress.output += delivery.count if messages is None else len(messages)
 
     def requeue(
         self,

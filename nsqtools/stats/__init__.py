@@ -6,6 +6,8 @@ cluster, summed, turned into rates, and written as Go's plain layout or JSON lin
 - tracking: polls into Reports (sums, per-nsqd rows, rates over the measured
   interval, history), sans-IO;
 - text: Go's plain layout, JSON lines, and what changed worth a line on stderr, sans-IO;
+- prometheus: a poll's counters, per nsqd, topic and channel, in Prometheus's text
+  format, sans-IO;
 - polling: the beat polls keep, on a clock given, and one poll of the cluster
   (nsqtools.cluster) as a plan, for the caller to run (nsq_stat: on threads).
 

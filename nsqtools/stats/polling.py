@@ -93,7 +93,8 @@ def beats(
 
 
 class Poller:
-    """Polls one topic (and maybe one channel of it) across the cluster."""
+    """Polls one topic (and maybe one channel of it) across the cluster; every topic of
+    every nsqd the lookupds know when the topic is "" (--format=prometheus)."""
 
     def __init__(self, cluster: Cluster, topic: str, channel: str | None) -> None:
         self.cluster = cluster
@@ -104,7 +105,7 @@ class Poller:
 
     def poll(self) -> Plan[Poll]:
         """The next poll, as a plan: the nsqds to ask, then their /stats."""
-        addresses, lookupd_errors = yield from find_nsqds_plan(self.cluster, self.topic)
+        addresses, lookupd_errors = yield from find_nsqds_plan(self.cluster, self.topic or None)
         lookupds = self.cluster.lookupd_http_addresses
         every_lookupd_failed = bool(lookupds) and len(lookupd_errors) == len(lookupds)
         if every_lookupd_failed and self._polls == 0:
