@@ -194,10 +194,10 @@ YOUZAN = ["The Youzan fork (partitioned and ordered topics):"]
 @pytest.mark.parametrize(
     ("tool", "more_headings"),
     [
-        ("nsq_tail", [*YOUZAN, "Logging:"]),
+        ("nsq_tail", [*YOUZAN, "Logging:", "Other options:"]),  # --metrics-address
         ("to_nsq", [*YOUZAN, "Logging:", "Other options:"]),
-        ("nsq_to_nsq", ["Logging:"]),
-        ("nsq_to_http", ["Logging:"]),
+        ("nsq_to_nsq", ["Logging:", "Other options:"]),
+        ("nsq_to_http", ["Logging:", "Other options:"]),
     ],
 )
 def test_help_names_the_go_tool_and_shows_its_options_first(

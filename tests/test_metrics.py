@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ import httpx
 from nsqtools.exposition import CONTENT_TYPE, Family, counter, exposition, gauge
 from nsqtools.testing import Nsqd, our_tool, wait_until
 from nsqtools.testing.webserver import Answer, WebServer
-from tests.conftest import LocalNsq
+from tests.conftest import Cluster, LocalNsq
 
 TOPIC = "metered"
 CHANNEL = "metrics"
@@ -59,6 +59,9 @@ class Scrape:
 
     def labelled(self, name: str) -> dict[frozenset[tuple[str, str]], float]:
         return {found: v for (n, found), v in self.samples.items() if n == name}
+
+
+Check = Callable[[Scrape], bool]
 
 
 def parse(text: str) -> Scrape:
@@ -136,13 +139,13 @@ class Served:
         assert response.headers["content-type"] == CONTENT_TYPE
         return parse(response.text)
 
-    def waits_for(self, condition: str, check: object, timeout: float = WAIT) -> Scrape:
+    def waits_for(self, condition: str, check: Check, timeout: float = WAIT) -> Scrape:
         """Scrape until check(scrape) holds; the last scrape."""
         scrapes: list[Scrape] = []
 
         def holds() -> bool:
             scrapes.append(self.scrape())
-            return bool(check(scrapes[-1]))  # type: ignore[operator]
+            return check(scrapes[-1])
 
         wait_until(holds, timeout, condition)
         return scrapes[-1]
@@ -196,11 +199,11 @@ def assert_all_answered(scrape: Scrape, count: int) -> None:
     assert scrape.total("nsqtools_messages_given_up_total", channel=CHANNEL) == 0
 
 
-def written(count: int) -> object:
+def written(count: int) -> Check:
     return lambda scrape: per_topic(scrape, "nsqtools_messages_written_total") == count
 
 
-def sent(count: int) -> object:
+def sent(count: int) -> Check:
     """Sent, and FIN'd (nsq_to_http FINs what succeeded a moment later, together)."""
     return lambda scrape: (
         scrape.total("nsqtools_messages_sent_total") == count
@@ -283,6 +286,19 @@ def test_nsq_to_http_counts_what_each_endpoint_accepted(nsqd: Nsqd, tmp_path: Pa
                 )
 
 
+def held_back(relay: Served, count: int) -> Scrape:
+    """Once `count` messages are in flight, the oldest held for half a second, none sent."""
+    held = relay.waits_for(
+        f"{count} held for half a second",
+        lambda s: (
+            per_topic(s, "nsqtools_messages_in_flight") == count
+            and per_topic(s, "nsqtools_oldest_unanswered_message_age_seconds") >= 0.5
+        ),
+    )
+    assert held.total("nsqtools_messages_sent_total") == 0
+    return held
+
+
 def test_in_flight_and_oldest_age_while_an_endpoint_holds_back(nsqd: Nsqd, tmp_path: Path) -> None:
     nsqd.create_channels(TOPIC, CHANNEL)
     nsqd.publish_many(TOPIC, bodies(10))
@@ -290,14 +306,7 @@ def test_in_flight_and_oldest_age_while_an_endpoint_holds_back(nsqd: Nsqd, tmp_p
     with WebServer(default=Answer(hold=release)) as server:
         argv = [*our_tool("nsq_to_http"), *consumed(nsqd), f"--post={server.url}/in"]
         with serving(argv, tmp_path) as relay:
-            held = relay.waits_for(
-                "10 held for half a second",
-                lambda s: (
-                    per_topic(s, "nsqtools_messages_in_flight") == 10
-                    and per_topic(s, "nsqtools_oldest_unanswered_message_age_seconds") >= 0.5
-                ),
-            )
-            assert held.total("nsqtools_messages_sent_total") == 0
+            held = held_back(relay, 10)
             assert per_topic(held, "nsqtools_messages_finished_total") == 0
             older = relay.waits_for(
                 "the age to grow",
@@ -326,14 +335,7 @@ def test_in_flight_while_a_destination_nsqd_is_frozen(
     destination.freeze()  # before the relay starts: it holds every message from the first
     try:
         with serving(argv, tmp_path) as relay:
-            held = relay.waits_for(
-                "10 held",
-                lambda s: (
-                    per_topic(s, "nsqtools_messages_in_flight") == 10
-                    and per_topic(s, "nsqtools_oldest_unanswered_message_age_seconds") >= 0.5
-                ),
-            )
-            assert held.total("nsqtools_messages_sent_total") == 0
+            held_back(relay, 10)
             destination.thaw()
             scrape = relay.waits_for("10 sent", sent(10))
             assert_all_answered(scrape, 10)
@@ -436,3 +438,15 @@ def test_nsq_stat_without_topic_still_needs_one_in_gos_formats(nsqd: Nsqd) -> No
     argv = [*our_tool("nsq_stat"), "--format=plain", f"--nsqd-http-address={nsqd.http_address}"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert (result.returncode, result.stderr) == (1, "nsq_stat: error: --topic is required\n")
+
+
+def test_nsq_stat_prometheus_finds_every_nsqd_through_lookupd(cluster2: Cluster) -> None:
+    cluster2.publish_many(TOPIC, lambda nsqd: bodies(2 if nsqd is cluster2.nsqd else 5))
+    result = stat("--count=1", f"--lookupd-http-address={cluster2.lookupd.http_address}")
+    assert result.returncode == 0, result.stderr
+    scrape = parse(result.stdout)
+    depths = scrape.labelled("nsqtools_nsqd_topic_messages_total")
+    assert depths == {
+        frozenset({("nsqd", nsqd.http_address), ("topic", TOPIC)}): count
+        for nsqd, count in zip(cluster2.nsqds, (2, 5), strict=True)
+    }

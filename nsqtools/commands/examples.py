@@ -32,6 +32,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "The Go command line, unchanged:",
             "nsq_tail -nsqd-tcp-address 127.0.0.1:4150 -topic events -n 10 -print-topic",
         ),
+        (
+            "Its counters for Prometheus at http://127.0.0.1:9117/metrics:",
+            f"nsq_tail {NSQD} --topic=events --metrics-address=127.0.0.1:9117",
+        ),
     ),
     "to_nsq": (
         ("One message per line of stdin:", f"printf 'a\\nb\\n' | to_nsq {NSQD} --topic=events"),
@@ -65,6 +69,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             f"nsq_to_file {NSQD} --topic=events --consumer-opt=max_attempts,10 "
             "--dead-letter-file=/var/archive/dead.jsonl",
         ),
+        (
+            "Its counters (written, in flight, the oldest unsynced message's age) for Prometheus:",
+            f"nsq_to_file {NSQD} --topic=events --output-dir=/var/archive --metrics-address=:9118",
+        ),
     ),
     "nsq_to_nsq": (
         (
@@ -83,6 +91,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "--destination-nsqd-tcp-address=10.0.0.5:4150 "
             "--destination-nsqd-tcp-address=10.0.0.6:4150",
         ),
+        (
+            "Its counters, what each destination took among them, for Prometheus:",
+            f"nsq_to_nsq {NSQD} --topic=events --destination-nsqd-tcp-address=10.0.0.5:4150 "
+            "--metrics-address=127.0.0.1:9119",
+        ),
     ),
     "nsq_to_http": (
         (
@@ -100,6 +113,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             f"nsq_to_http {NSQD} --topic=events --post=http://127.0.0.1:9200/_bulk "
             "--batch-size=100",
         ),
+        (
+            "Its counters, what each endpoint accepted among them, for Prometheus:",
+            f"nsq_to_http {NSQD} --topic=events --post=http://10.0.0.7:8080/in "
+            "--metrics-address=127.0.0.1:9117",
+        ),
     ),
     "nsq_stat": (
         ("A live table of the topic and its channels:", f"nsq_stat {LOOKUPD} --topic=events"),
@@ -110,6 +128,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         (
             "One JSON object per poll:",
             "nsq_stat --nsqd-http-address=127.0.0.1:4151 --topic=events --format=json",
+        ),
+        (
+            "Every topic's and channel's counters on each nsqd, once, for Prometheus "
+            "(node_exporter's textfile collector):",
+            f"nsq_stat {LOOKUPD} --format=prometheus --count=1 > nsq.prom",
         ),
     ),
     "nsq topics": (
