@@ -100,6 +100,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             f"nsq_to_http {NSQD} --topic=events --post=http://127.0.0.1:9200/_bulk "
             "--batch-size=100",
         ),
+        (
+            "An endpoint that may take 2 minutes; its messages TOUCHed meanwhile:",
+            f"nsq_to_http {NSQD} --topic=reports --post=http://127.0.0.1:8080/render "
+            "--http-client-request-timeout=2m",
+        ),
     ),
     "nsq_stat": (
         ("A live table of the topic and its channels:", f"nsq_stat {LOOKUPD} --topic=events"),
