@@ -44,6 +44,12 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "Keep what an nsqd did not acknowledge, to publish it again later:",
             f"to_nsq {NSQD} --topic=events --failed-file=failed.txt < records.txt",
         ),
+        ("As nsq pub, one message given as an argument:", f"nsq pub {NSQD} events 'hello'"),
+        (
+            "1000 JSON messages, numbered, timed and with a random id, 100 a second:",
+            f"nsq pub {NSQD} --count=1000 --rate=100 events "
+            "'{{\"n\": {seq}, \"at\": \"{ts}\", \"id\": \"{id}\"}}'",
+        ),
     ),
     "nsq_to_file": (
         (
