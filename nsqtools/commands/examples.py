@@ -48,7 +48,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         (
             "1000 JSON messages, numbered, timed and with a random id, 100 a second:",
             f"nsq pub {NSQD} --count=1000 --rate=100 events "
-            "'{{\"n\": {seq}, \"at\": \"{ts}\", \"id\": \"{id}\"}}'",
+            '\'{{"n": {seq}, "at": "{ts}", "id": "{id}"}}\'',
         ),
     ),
     "nsq_to_file": (
