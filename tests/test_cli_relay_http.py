@@ -8,6 +8,7 @@ requeue the message and lose nothing.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import threading
@@ -372,6 +373,18 @@ def timed_out_when_due(nsqd: Nsqd, channel: str) -> bytes:
     return probe
 
 
+@contextlib.contextmanager
+def answers_held(server: WebServer) -> Iterator[threading.Event]:
+    """The server holds every answer until the event is set (at the latest when the
+    block ends: a tool stopped while a request is held must not wait for it)."""
+    answer = threading.Event()
+    server.default = Answer(hold=answer)
+    try:
+        yield answer
+    finally:
+        answer.set()
+
+
 def test_messages_waiting_on_a_slow_endpoint_are_touched_not_sent_again(
     local_nsq: LocalNsq, server: WebServer
 ) -> None:
@@ -382,22 +395,17 @@ def test_messages_waiting_on_a_slow_endpoint_are_touched_not_sent_again(
     source = local_nsq.nsqd("slow", extra_args=["--msg-timeout=1s"])
     messages = [timed_out_when_due(source, "slow"), *bodies(9)]
     source.publish_many(TOPIC, messages[1:])
-    answer = threading.Event()
-    server.default = Answer(hold=answer)
     argv = relay_argv(
         OURS, source, "slow", f"--post={server.url}/", "--http-client-request-timeout=10s"
     )
-    try:
-        with running(argv) as tool:
-            server.wait_for_requests(len(messages))
-            slow_until = time.monotonic() + 3.0  # the fault: the endpoint answers after 3 s
-            while time.monotonic() < slow_until:
-                assert source.channel_stats(TOPIC, "slow").timeout_count == 0
-                time.sleep(0.1)  # the fault's length, checked as it lasts
-            answer.set()
-            wait_until(lambda: source.drained(TOPIC, "slow"), 30, "drained")
-    finally:
+    with answers_held(server) as answer, running(argv) as tool:
+        server.wait_for_requests(len(messages))
+        slow_until = time.monotonic() + 3.0  # the fault: the endpoint answers after 3 s
+        while time.monotonic() < slow_until:
+            assert source.channel_stats(TOPIC, "slow").timeout_count == 0
+            time.sleep(0.1)  # the fault's length, checked as it lasts
         answer.set()
+        wait_until(lambda: source.drained(TOPIC, "slow"), 30, "drained")
     assert source.channel_stats(TOPIC, "slow").timeout_count == 0
     assert posted(server.received) == Counter(messages)  # each once
     assert f"[summary]: {len(messages)} sent, 0 requeued" in tool.stderr
@@ -410,22 +418,17 @@ def test_touches_end_at_nsqds_max_msg_timeout(local_nsq: LocalNsq, server: WebSe
     fails (nsqd no longer holds that delivery); the second is FIN'd."""
     source = local_nsq.nsqd("capped", extra_args=["--msg-timeout=1s", "--max-msg-timeout=3s"])
     probe = timed_out_when_due(source, "capped")
-    answer = threading.Event()
-    server.default = Answer(hold=answer)
     argv = relay_argv(
         OURS, source, "capped", f"--post={server.url}/", "--http-client-request-timeout=1m"
     )
-    try:
-        with running(argv) as tool:
-            server.wait_for_requests(1)
-            first = time.monotonic()
-            server.wait_for_requests(2)
-            assert time.monotonic() - first > 2.0  # TOUCHed past its msg_timeout
-            assert source.channel_stats(TOPIC, "capped").timeout_count == 1
-            answer.set()
-            wait_until(lambda: source.drained(TOPIC, "capped"), 30, "drained")
-    finally:
+    with answers_held(server) as answer, running(argv) as tool:
+        server.wait_for_requests(1)
+        first = time.monotonic()
+        server.wait_for_requests(2)
+        assert time.monotonic() - first > 2.0  # TOUCHed past its msg_timeout
+        assert source.channel_stats(TOPIC, "capped").timeout_count == 1
         answer.set()
+        wait_until(lambda: source.drained(TOPIC, "capped"), 30, "drained")
     assert [request.body for request in server.received] == [probe, probe]
     assert "1 messages held unsettled for nsqd's max_msg_timeout (3s)" in tool.stderr
     assert "E_FIN_FAILED" in tool.stderr
