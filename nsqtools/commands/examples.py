@@ -44,6 +44,12 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "Keep what an nsqd did not acknowledge, to publish it again later:",
             f"to_nsq {NSQD} --topic=events --failed-file=failed.txt < records.txt",
         ),
+        ("As nsq pub, one message given as an argument:", f"nsq pub {NSQD} events 'hello'"),
+        (
+            "1000 JSON messages, numbered, timed and with a random id, 100 a second:",
+            f"nsq pub {NSQD} --count=1000 --rate=100 events "
+            '\'{{"n": {seq}, "at": "{ts}", "id": "{id}"}}\'',
+        ),
     ),
     "nsq_to_file": (
         (
@@ -99,6 +105,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "100 messages per POST, one per line:",
             f"nsq_to_http {NSQD} --topic=events --post=http://127.0.0.1:9200/_bulk "
             "--batch-size=100",
+        ),
+        (
+            "An endpoint that may take 2 minutes; its messages TOUCHed meanwhile:",
+            f"nsq_to_http {NSQD} --topic=reports --post=http://127.0.0.1:8080/render "
+            "--http-client-request-timeout=2m",
         ),
     ),
     "nsq_stat": (

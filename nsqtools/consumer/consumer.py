@@ -149,6 +149,15 @@ class Consumer:
         return min((link.conn.identify.msg_timeout for link in links if link.conn), default=None)
 
     @property
+    def max_msg_timeout(self) -> float | None:
+        """The shortest max_msg_timeout of the connected nsqds (None: none connected):
+        how long a message may be held, however often it is TOUCHed."""
+        links = self._connections.live()
+        return min(
+            (link.conn.identify.max_msg_timeout for link in links if link.conn), default=None
+        )
+
+    @property
     def connected_addresses(self) -> list[str]:
         return [link.address for link in self._connections.live()]
 

@@ -6,9 +6,10 @@ receives past it). It hands each batch to the topic's sink as a Delivery, and fl
 the sink when the consumer is starved (nsqd sends nothing more until messages are
 answered); it ticks it every sink.tick_interval, or twice per msg_timeout
 when that is shorter, and TOUCHes what the sink holds unsettled three times per
-msg_timeout, so that nsqd does not send it again meanwhile. It alone answers nsqd for
-the sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused
-is kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
+msg_timeout, so that nsqd does not send it again meanwhile (until nsqd's max_msg_timeout,
+past which no TOUCH holds a message: a warning says so). It alone answers nsqd for the
+sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused is
+kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
 backoff); messages past max_attempts go to the dead letters too (runtime.deadletters),
 and the run then ends with GivenUp (exit status 1). The first SIGINT/SIGTERM, the budget
 spent or a sink closed for good stops every consumer, at once while it is still
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from nsqtools import formats
+from nsqtools import durations, formats
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Budget, Consumer, ConsumerOptions, ReceivedBatch, open_consumer
 from nsqtools.errors import NsqError
@@ -89,15 +90,47 @@ class RunCounters:
     given_up: Counter[str] = field(default_factory=Counter)  # kept as dead letters, by why
 
 
-async def _touch_unsettled(consumer: Consumer, unsettled: deque[Delivery]) -> None:
+@dataclass(slots=True)
+class _Held:
+    """A delivery its sink has not settled yet, since when (trio time), and whether it
+    is still TOUCHed."""
+
+    delivery: Delivery
+    since: float
+    touched: bool = True
+
+
+async def _touch_unsettled(consumer: Consumer, unsettled: deque[_Held]) -> None:
     """TOUCH what sinks hold unsettled, three times per msg_timeout: a relay whose
-    destination is down holds deliveries while it redials, and nsqd would otherwise
-    take them back and send them again (a duplicate each, once the destination is back).
-    nsqd extends a message's timeout so up to its --max-msg-timeout (15 min)."""
+    destination is down holds deliveries while it redials, an endpoint may be slow to
+    answer (nsq_to_http), and nsqd would otherwise take them back and send them again (a
+    duplicate each, once the destination answers). Up to nsqd's max_msg_timeout (15 min
+    by default), which no TOUCH extends: the TOUCHes of a delivery stop one round before
+    it (a later one could reach nsqd after it took the messages back), with a warning."""
     while True:
-        await trio.sleep((consumer.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3)
-        for delivery in unsettled:
-            delivery.touch()
+        msg_timeout = consumer.msg_timeout or DEFAULT_MSG_TIMEOUT
+        await trio.sleep(msg_timeout / 3)
+        limit = consumer.max_msg_timeout or math.inf
+        # Received then or before: nsqd's max_msg_timeout passes before the next round.
+        last_round = trio.current_time() - limit + msg_timeout / 3
+        for held in unsettled:
+            if not held.touched or held.delivery.settled:
+                continue
+            if held.since <= last_round:
+                held.touched = False
+                _warn_held_too_long(held.delivery, limit)
+            else:
+                held.delivery.touch()
+
+
+def _warn_held_too_long(delivery: Delivery, max_msg_timeout: float) -> None:
+    log.warning(
+        "%s: %d messages held unsettled for nsqd's max_msg_timeout (%s): no more TOUCH, "
+        "nsqd will time them out and deliver them again",
+        delivery.topic,
+        delivery.count,
+        durations.format_duration(max_msg_timeout),
+    )
 
 
 def next_beat(beat: float, delay: float, now: float) -> float:
@@ -255,7 +288,7 @@ class _ConsumingRun:
     async def _drain(self, consumer: Consumer, sink: Sink) -> None:
         # Deliveries the sink has not settled yet, oldest first: while there are none (a
         # sink that settles at once), a starved consumer has nothing to flush for.
-        unsettled: deque[Delivery] = deque()
+        unsettled: deque[_Held] = deque()
         async with trio.open_nursery() as nursery:
             if sink.tick_interval is not None:
                 nursery.start_soon(self._tick_every, sink, consumer)
@@ -291,9 +324,7 @@ class _ConsumingRun:
             self.failure = error
         self.stop()
 
-    async def _deliver_all(
-        self, consumer: Consumer, sink: Sink, unsettled: deque[Delivery]
-    ) -> None:
+    async def _deliver_all(self, consumer: Consumer, sink: Sink, unsettled: deque[_Held]) -> None:
         async for batch in consumer:  # within the budget: the consumer took them from it
             delivery = Delivery(consumer.topic, batch, _Settler(self, consumer, batch))
             self.counters.delivered += delivery.count
@@ -312,8 +343,8 @@ class _ConsumingRun:
                 log.warning("%s: %d messages requeued: %s", consumer.topic, delivery.count, error)
                 delivery.requeue()
             if not delivery.settled:
-                unsettled.append(delivery)
-            while unsettled and unsettled[0].settled:
+                unsettled.append(_Held(delivery, trio.current_time()))
+            while unsettled and unsettled[0].delivery.settled:
                 unsettled.popleft()
             if self.budget is not None and self.budget.spent:
                 self.stop()
