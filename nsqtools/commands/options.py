@@ -354,12 +354,13 @@ def dead_letter_options() -> Callable[[F], F]:
     )
 
 
-# What "the end" of --exit-at-end is, said once for every consuming tool's --help.
+# What "the end" of --exit-at-end is, said once for every consuming tool's --help (1s:
+# nsqtools.runtime.consuming.END_QUIET, not imported here: it loads trio).
 EXIT_AT_END_HELP = (
     "Read what the channel holds, then exit 0: once every nsqd of every topic (through "
-    "lookupd: those of the first lookup) is connected, has been ready for more and sent "
-    "nothing for 1s. Deferred messages and those in flight to other consumers are not "
-    "waited for; an nsqd that cannot be reached ends the run with exit 1."
+    "lookupd: each one listed) is subscribed, has had room for more and was sent nothing "
+    "for 1s. Deferred messages and those in flight to other consumers are not waited "
+    "for; an nsqd that cannot be reached ends the run with exit 1."
 )
 
 
