@@ -147,7 +147,7 @@ class Connections:
                 await self._connect_and_serve(address, key, trio.TASK_STATUS_IGNORED)
             except (NsqError, ProtocolError, OSError) as error:
                 log.warning("%s: %s", address, error)
-                self.unreachable[key] = f"{address}: {error}"
+                self._note_unreachable(address, key, error)
                 failures += 1
                 continue
             steady = trio.current_time() - dialed_at >= STEADY_CONNECTION
@@ -160,9 +160,13 @@ class Connections:
             await self._connect_and_serve(address, key, trio.TASK_STATUS_IGNORED, True)
         except (NsqError, ProtocolError, OSError) as error:
             log.warning("%s: %s", address, error)
-            self.unreachable[key] = f"{address}: {error}"
+            self._note_unreachable(address, key, error)
         finally:
             self._serving.discard(key)
+
+    def _note_unreachable(self, address: str, key: str, error: BaseException) -> None:
+        reason = str(error)
+        self.unreachable[key] = reason if address in reason else f"{address}: {reason}"
 
     async def _connect_and_serve(
         self, address: str, key: str, task_status: trio.TaskStatus[None], discovered: bool = False
