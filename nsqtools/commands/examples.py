@@ -29,6 +29,14 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             f"nsq_tail {NSQD} --topic=events --format='{{ts}} {{topic}} {{body}}'",
         ),
         (
+            "What the channel holds now, then exit 0:",
+            f"nsq_tail {LOOKUPD} --topic=events --channel=audit --exit-at-end",
+        ),
+        (
+            "A look at 5 messages of a durable channel, all given back, none FIN'd:",
+            f"nsq_tail {NSQD} --topic=events --channel=archive --peek -n 5",
+        ),
+        (
             "The Go command line, unchanged:",
             "nsq_tail -nsqd-tcp-address 127.0.0.1:4150 -topic events -n 10 -print-topic",
         ),
@@ -70,6 +78,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "Messages past 10 attempts kept in a file, then given up:",
             f"nsq_to_file {NSQD} --topic=events --consumer-opt=max_attempts,10 "
             "--dead-letter-file=/var/archive/dead.jsonl",
+        ),
+        (
+            "A cron job: drain what the topic holds into files, close them, exit 0:",
+            f"nsq_to_file {LOOKUPD} --topic=events --output-dir=/var/archive --exit-at-end",
         ),
     ),
     "nsq_to_nsq": (

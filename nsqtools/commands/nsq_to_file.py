@@ -5,7 +5,8 @@ gzip members. Beyond it: topics discovered at once (not after a whole --topic-re
 a bad pattern, option, topic or filename format stops before anything starts; files a
 crash left half-written are repaired at start; work and output dirs on different
 filesystems; no name can leave the output dir; --format json; a status line on a
-terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on disk.
+terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on disk;
+--exit-at-end drains the topics into files and stops (files closed as at any stop).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from nsqtools.commands.options import (
     consumed_topics,
     consumer_addresses,
     dead_letter_options,
+    exit_at_end_option,
     http_client_timeouts,
     logging_options,
     negative_as_zero,
@@ -154,6 +156,7 @@ TOOL = "nsq_to_file"
     default=None,
     help="A status line on stderr (default: when stderr is a terminal).",
 )
+@exit_at_end_option
 @dead_letter_options()
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
@@ -209,6 +212,7 @@ def _settings(options: dict[str, Any]) -> ArchiveRunSettings:
         config=_config(options),
         archive=archive,
         dead_letters=dead_letter_settings(options),
+        exit_at_end=options["exit_at_end"],
     )
 
 
@@ -287,12 +291,13 @@ def _check_names(topics: list[str], channel: str, names: FilenameFormat) -> None
 
 async def _archive(settings: ArchiveRunSettings, status: StatusLine | None) -> None:
     from nsqtools.archive.run import run_archive
+    from nsqtools.runtime.consuming import Unreachable
     from nsqtools.runtime.deadletters import GivenUp
     from nsqtools.runtime.sinks import SinkFailed
 
     try:
         await run_archive(settings, status)
-    except (SinkFailed, GivenUp) as error:
+    except (SinkFailed, GivenUp, Unreachable) as error:
         fail(str(error))
 
 

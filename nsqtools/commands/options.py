@@ -354,6 +354,21 @@ def dead_letter_options() -> Callable[[F], F]:
     )
 
 
+# What "the end" of --exit-at-end is, said once for every consuming tool's --help (1s:
+# nsqtools.runtime.consuming.END_QUIET, not imported here: it loads trio).
+EXIT_AT_END_HELP = (
+    "Read what the channel holds, then exit 0: once every nsqd of every topic (through "
+    "lookupd: each one listed) is subscribed, has had room for more and was sent nothing "
+    "for 1s. Deferred messages and those in flight to other consumers are not waited "
+    "for; an nsqd that cannot be reached ends the run with exit 1."
+)
+
+
+def exit_at_end_option(function: F) -> F:
+    """--exit-at-end: stop once nsqd has nothing more for the channel."""
+    return click.option("--exit-at-end", is_flag=True, help=EXIT_AT_END_HELP)(function)
+
+
 def dead_letter_settings(options: dict[str, Any]) -> Any:
     """--dead-letter-file and --dead-letter-topic, checked, as the runtime's
     DeadLetterSettings (imported here: it loads trio)."""

@@ -17,6 +17,11 @@ connecting: sinks get a last flush, and what no sink settled is requeued by the
 consumers' clean stop. A sink's passing failure (an OSError) requeues the delivery with
 backoff and the run goes on; a SinkFailed stops every consumer the same way, then ends
 the run with it.
+
+With exit_at_end, the run stops the same way once every consumer is at the end
+(Consumer.at_end: each nsqd there is has been ready for more and sent nothing for
+END_QUIET), and only once the topics to consume were found; if an nsqd there is to read
+cannot be reached, it stops too and ends with Unreachable.
 """
 
 from __future__ import annotations
@@ -62,6 +67,16 @@ TopicFinder = Callable[[], Awaitable[Sequence[str]]]
 STOP_GRACE = 1.5
 # nsqd's msg_timeout when no nsqd is connected to say its own.
 DEFAULT_MSG_TIMEOUT = 60.0
+# exit_at_end: how long every connection must have been ready for more and sent nothing
+# (nsqd pushes what a channel holds, from memory or disk, as soon as there is room), and
+# how often the run looks.
+END_QUIET = 1.0
+END_LOOK_EVERY = 0.1
+
+
+class Unreachable(NsqError):
+    """exit_at_end: an nsqd that has the topic could not be reached, so what it holds
+    was not read; the run stopped as at the end, and fails."""
 
 
 @dataclass
@@ -78,6 +93,7 @@ class ConsumeSettings:
     partition: int | None = None  # the Youzan fork's: only this partition
     start_at: StartPosition | None = None  # the Youzan fork's: where the channel starts
     dead_letters: DeadLetterSettings = field(default_factory=DeadLetterSettings)
+    exit_at_end: bool = False  # stop once nsqd has nothing more for any consumer
 
 
 @dataclass
@@ -165,12 +181,15 @@ async def run_consumers(
     given, is called on each SIGHUP (else SIGHUP keeps its default: the process ends, as
     Go's tools do). counters, if given, is kept up to date as the run goes (status lines).
     Raises SinkFailed, once every consumer has stopped, if a sink (or the dead letters)
-    failed; else GivenUp if messages were given up.
+    failed; else Unreachable if an nsqd could not be read to the end; else GivenUp if
+    messages were given up.
     """
     run = _ConsumingRun(settings, sink_for, find_topics, counters or RunCounters())
     await run.run(on_hangup)
     if run.failure is not None:
         raise run.failure
+    if run.unreachable is not None:
+        raise run.unreachable
     if run.counters.given_up:
         raise GivenUp(run.counters.given_up, settings.dead_letters.where())
     return run.counters
@@ -206,6 +225,8 @@ class _ConsumingRun:
         # What a stop cancels at once: consumers still connecting, the search for topics.
         self.cancelled_by_stop: set[trio.CancelScope] = set()
         self.failure: SinkFailed | None = None  # the first sink that failed, which ends the run
+        self.unreachable: Unreachable | None = None  # exit_at_end: an nsqd not read to the end
+        self.topics_found = trio.Event()  # consumers started for every topic found at first
         self.dead_letters = DeadLetters(
             settings.dead_letters, settings.config, counters.given_up, self._fail
         )
@@ -217,6 +238,8 @@ class _ConsumingRun:
             await nursery.start(
                 functools.partial(watch_signals, self._stop_on_signal, hangup=on_hangup)
             )
+            if self.settings.exit_at_end:
+                nursery.start_soon(self._stop_at_end)
             async with trio.open_nursery() as topics:
                 for topic in self.settings.topics:
                     if self.stopped.is_set():
@@ -225,7 +248,25 @@ class _ConsumingRun:
                     await topics.start(self._consume, topic)
                 if self.find_topics is not None:
                     topics.start_soon(self._follow_new_topics, topics, self.find_topics)
+                else:
+                    self.topics_found.set()
             nursery.cancel_scope.cancel()
+
+    async def _stop_at_end(self) -> None:
+        """Stop once every consumer is at the end (a topic with none: at once), or as
+        soon as an nsqd there is to read cannot be reached."""
+        await self.topics_found.wait()
+        while True:
+            consumers = list(self.consumers.values())
+            unreachable = [reason for consumer in consumers for reason in consumer.unreachable]
+            if unreachable:
+                self._end_unread(f"{unreachable[0]} (what it holds was not read)")
+                return
+            if all([consumer.at_end(END_QUIET) for consumer in consumers]):  # each looked at
+                log.info("at the end: nsqd has nothing more for the channel; stopping")
+                self.stop()
+                return
+            await trio.sleep(END_LOOK_EVERY)
 
     async def _consume(self, topic: str, *, task_status: trio.TaskStatus[None]) -> None:
         """Consume the topic until stopped; a stop while it connects ends it at once
@@ -266,11 +307,14 @@ class _ConsumingRun:
                     found = await find_topics()
                 except (OSError, NsqError) as error:
                     log.warning("looking for new topics: %s", error)
-                    found = []
-                for topic in found:
-                    if topic not in self.consumers:
-                        log.info("new topic %s: consuming it", topic)
-                        await topics.start(self._consume, topic)
+                    if self.settings.exit_at_end and not self.topics_found.is_set():
+                        self._end_unread(f"{error}: which topics to read is unknown")
+                else:
+                    for topic in found:
+                        if topic not in self.consumers:
+                            log.info("new topic %s: consuming it", topic)
+                            await topics.start(self._consume, topic)
+                    self.topics_found.set()
                 await trio.sleep(self.settings.topic_refresh)
 
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
@@ -350,6 +394,11 @@ class _ConsumingRun:
                 self.stop()
             elif unsettled and consumer.is_starved():
                 await self._flush(sink)
+
+    def _end_unread(self, why: str) -> None:
+        """exit_at_end: stop, and end with Unreachable; something there was not read."""
+        self.unreachable = self.unreachable or Unreachable(why)
+        self.stop()
 
     def stop(self) -> None:
         self.stopped.set()
