@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from nsqtools.commands.completion import complete_var
 from nsqtools.commands.inspect.topics import command as nsq_topics
+from nsqtools.commands.nsq_stat import command as nsq_stat
 from nsqtools.commands.nsq_tail import command as nsq_tail
 from nsqtools.commands.to_nsq import command as to_nsq
 from nsqtools.contexts.store import TomlValue, toml_tables
@@ -245,9 +246,10 @@ def test_context_per_command(saved: Path, monkeypatch: pytest.MonkeyPatch) -> No
         params = parsed(nsq_tail, "--topic=t", *args)
         assert addresses(params) == {"nsqd_tcp_addresses": ("10.0.0.5:4150",)}
         assert params["tls_v1"] is True and params["auth_secret"] == "from-env"
-    assert addresses(parsed(nsq_topics, "--context", "direct")) == {
-        "nsqd_http_addresses": ("10.0.0.5:4151",)
-    }
+    for command, args in [(nsq_topics, []), (nsq_stat, ["--topic=t"])]:
+        assert addresses(parsed(command, *args, "--context", "direct")) == {
+            "nsqd_http_addresses": ("10.0.0.5:4151",)
+        }
     monkeypatch.setenv("NSQ_CONTEXT", "direct")
     assert addresses(parsed(nsq_tail, "--topic=t")) == {"nsqd_tcp_addresses": ("10.0.0.5:4150",)}
     assert addresses(parsed(nsq_tail, "--topic=t", "--context=both")) == {
