@@ -51,7 +51,9 @@ class ClusterContext:
     @property
     def uses_tls(self) -> bool:
         """Whether a program connects with TLS (as the --tls options decide it)."""
-        return bool(self.tls or self.tls_root_ca_file or self.tls_cert)
+        return bool(
+            self.tls or self.tls_root_ca_file or self.tls_cert or self.tls_insecure_skip_verify
+        )
 
     def settings(self) -> dict[str, TomlValue]:
         """The settings given (no empty list, false or missing value), by key."""
