@@ -40,6 +40,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "The Go command line, unchanged:",
             "nsq_tail -nsqd-tcp-address 127.0.0.1:4150 -topic events -n 10 -print-topic",
         ),
+        ("Through a saved cluster (see nsq context):", "nsq_tail --context=prod --topic=events"),
     ),
     "to_nsq": (
         ("One message per line of stdin:", f"printf 'a\\nb\\n' | to_nsq {NSQD} --topic=events"),
@@ -161,6 +162,25 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "nsq tombstone": (
         ("Take one nsqd out of a topic's lookups:", "nsq tombstone events 127.0.0.1:4151 --yes"),
     ),
+    "nsq context": (
+        ("The saved clusters, the selected one marked *:", "nsq context ls"),
+        ("Select one for every program:", "nsq context use prod"),
+    ),
+    "nsq context add": (
+        ("A cluster found through its lookupd:", f"nsq context add prod {LOOKUPD}"),
+        (
+            "One nsqd over TLS, the AUTH secret read from a variable when a program runs:",
+            f"nsq context add local {NSQD} --nsqd-http-address=127.0.0.1:4151 "
+            "--tls-root-ca-file=ca.pem --auth-secret-env=NSQ_SECRET",
+        ),
+    ),
+    "nsq context use": (
+        ("Every program uses prod from now on:", "nsq context use prod"),
+        ("None again: the programs behave as Go's:", "nsq context use --none"),
+    ),
+    "nsq context ls": (("Every context, the selected one marked *:", "nsq context ls"),),
+    "nsq context show": (("The selected context, as its file holds it:", "nsq context show"),),
+    "nsq context rm": (("Forget a cluster:", "nsq context rm local"),),
     "nsq bench": (
         ("Publish and consume at once on a local nsqd:", "nsq bench"),
         (
