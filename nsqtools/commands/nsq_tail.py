@@ -157,7 +157,8 @@ def _check_format(output_format: str) -> None:
 )
 @click.option("--print-topic", is_flag=True, help="Print the topic name before each message.")
 @exit_at_end_option
-@click.option(
+@grouped_option(
+    OUTPUT,
     "--peek",
     is_flag=True,
     help="Print -n messages and give them all back at once (REQ 0), none FIN'd: each "

@@ -486,7 +486,7 @@ EXIT_AT_END_HELP = (
 
 def exit_at_end_option(function: F) -> F:
     """--exit-at-end: stop once nsqd has nothing more for the channel."""
-    return click.option("--exit-at-end", is_flag=True, help=EXIT_AT_END_HELP)(function)
+    return grouped_option(OUTPUT, "--exit-at-end", is_flag=True, help=EXIT_AT_END_HELP)(function)
 
 
 def dead_letter_settings(options: dict[str, Any]) -> Any:
