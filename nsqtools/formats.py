@@ -8,6 +8,9 @@ address, and the body as text, or as base64 when it is not UTF-8 (`encoding` say
 A message of the Youzan fork adds its partition, trace id (a decimal string: it is a
 64-bit number), and queue offset, raw size and tag when its subscription carries them;
 its id, 16 binary bytes, is written as 32 hex digits.
+
+The one template syntax (str.format's, `{{`/`}}` for literal braces) serves the other
+way too: BodyTemplate makes the bodies `nsq pub TOPIC BODY` publishes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import base64
 import datetime
 import json
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nsqtools.protocol import Message
@@ -116,20 +119,26 @@ def _fork_fields(message: ForkMessage) -> dict[str, object]:
     return fields
 
 
+def template_fields(text: str, known: Mapping[str, str]) -> set[str]:
+    """The fields a template names; FormatError if it does not parse or names a field
+    not in `known`."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as error:
+        raise FormatError(f"invalid template {text!r}: {error}") from error
+    unknown = sorted(names - known.keys())
+    if unknown:
+        listed = ", ".join(known)
+        raise FormatError(f"unknown template field {{{unknown[0]}}}; known fields: {listed}")
+    return names
+
+
 class Template:
     """A str.format template over TEMPLATE_FIELDS, e.g. "{ts} {topic} {body}"."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        try:
-            names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
-        except ValueError as error:
-            raise FormatError(f"invalid template {text!r}: {error}") from error
-        unknown = sorted(names - TEMPLATE_FIELDS.keys())
-        if unknown:
-            known = ", ".join(TEMPLATE_FIELDS)
-            raise FormatError(f"unknown template field {{{unknown[0]}}}; known fields: {known}")
-        self.names = names
+        self.names = template_fields(text, TEMPLATE_FIELDS)
         sample = Message(b"0" * 16, 0, 1, b"")
         try:
             self.lines([sample], Origin("topic", "channel", "127.0.0.1:4150"))
@@ -161,3 +170,53 @@ class Template:
 
 def _text(value: int | None) -> str:
     return "" if value is None else str(value)
+
+
+BODY_FIELDS = {
+    "seq": "the message's number, 1 to --count",
+    "count": "--count",
+    "ts": "the time it is made, ISO-8601 in UTC",
+    "epoch": "the time it is made, seconds since the epoch",
+    "timestamp_ns": "the time it is made, nanoseconds since the epoch",
+    "id": "a random id (32 hex digits, a UUID4's)",
+    "topic": "topic",
+}
+
+
+class BodyTemplate:
+    """A str.format template over BODY_FIELDS, e.g. '{{"n": {seq}, "at": "{ts}"}}': the
+    bodies `nsq pub TOPIC BODY` publishes. A body without braces is published as it is."""
+
+    def __init__(self, text: str, topic: str, count: int) -> None:
+        self.text = text
+        self.topic = topic
+        self.count = count
+        try:
+            self.names = template_fields(text, BODY_FIELDS)
+        except FormatError as error:  # often a JSON body's braces
+            raise FormatError(f"{error} (a literal brace is written {{{{ or }}}})") from error
+        try:
+            self.bodies(1, 1)
+        except (ValueError, TypeError) as error:  # a format spec that does not fit: {ts:d}
+            raise FormatError(f"invalid template {text!r}: {error}") from error
+
+    def bodies(self, first: int, count: int) -> list[bytes]:
+        """The bodies numbered first to first + count - 1, made now."""
+        if not self.names:
+            return [self.text.encode()] * count
+        import time
+        import uuid
+
+        fields: dict[str, object] = {"count": self.count, "topic": self.topic}
+        made: list[bytes] = []
+        for seq in range(first, first + count):
+            now = time.time_ns()
+            fields |= {
+                "seq": seq,
+                "ts": iso_timestamp(now),
+                "epoch": f"{now / 1e9:.6f}",
+                "timestamp_ns": now,
+                "id": uuid.uuid4().hex if "id" in self.names else "",
+            }
+            made.append(self.text.format_map(fields).encode())
+        return made

@@ -72,6 +72,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = ordered + others
 
 
+@pytest.fixture(autouse=True, scope="session")
+def no_saved_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test sees the saved contexts (`nsq context`) of whoever runs it: an empty
+    config folder and no NSQ_CONTEXT, here and in every program a test starts."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+    patch.delenv("NSQ_CONTEXT", raising=False)
+    yield
+    patch.undo()
+
+
 class LocalNsq:
     """Starts NSQ processes under one folder and stops all of them at teardown."""
 

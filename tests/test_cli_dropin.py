@@ -194,7 +194,7 @@ YOUZAN = ["The Youzan fork (partitioned and ordered topics):"]
 @pytest.mark.parametrize(
     ("tool", "more_headings"),
     [
-        ("nsq_tail", [*YOUZAN, "Logging:", "Other options:"]),  # --metrics-address
+        ("nsq_tail", [*YOUZAN, "Logging:", "Other options:"]),
         ("to_nsq", [*YOUZAN, "Logging:", "Other options:"]),
         ("nsq_to_nsq", ["Logging:", "Other options:"]),
         ("nsq_to_http", ["Logging:", "Other options:"]),
@@ -221,10 +221,8 @@ def test_nsq_alone_lists_its_commands_with_the_go_tools_they_replace() -> None:
     listed = result.stdout.decode().split("Commands:\n")[1]
     inspection = ["channel", "channels", "nodes", "topic", "topics"]
     admin = ["create", "delete", "empty", "pause", "tombstone", "unpause"]
-    no_go_name = [
-        (name, "")
-        for name in ["archive", "bench", "completion", "help", "man", *inspection, *admin]
-    ]
+    own = ["archive", "bench", "completion", "context", "help", "man"]
+    no_go_name = [(name, "") for name in [*own, *inspection, *admin]]
     assert re.findall(r"^  (\w+) +(?:(\w+): )?", listed, re.MULTILINE) == sorted(
         [*no_go_name, ("pub", "to_nsq"), ("stat", "nsq_stat"), ("tail", "nsq_tail")]
     )

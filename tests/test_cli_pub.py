@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, find_binary, run_go_tool, wait_until
+from nsqtools.testing import Nsqd, find_binary, our_tool, run_go_tool, wait_until
 from tests.conftest import Cluster
 
-TOOL = str(Path(sys.executable).parent / "to_nsq")
+# This checkout's to_nsq (the one on PATH may come from another copy of nsqtools).
+OURS = our_tool("to_nsq")
 
 
 def to_nsq(*args: str, input: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([TOOL, *args], input=input, capture_output=True, timeout=30, check=False)
+    return subprocess.run([*OURS, *args], input=input, capture_output=True, timeout=30, check=False)
 
 
 def bodies_of(nsqd: Nsqd, topic: str, count: int) -> list[bytes]:
@@ -112,7 +112,7 @@ def test_unacknowledged_records_give_exit_1_and_a_count(nsqd: Nsqd) -> None:
 
 def test_sigterm_publishes_what_was_read_and_exits_0(nsqd: Nsqd) -> None:
     process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=sig"],
+        [*OURS, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=sig"],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -172,7 +172,7 @@ def publishing_to_a_terminal(nsqd: Nsqd) -> tuple[subprocess.Popen[bytes], int]:
 
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
-        [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=progress"],
+        [*OURS, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=progress"],
         stdin=subprocess.PIPE,
         stderr=terminal,
     )
@@ -235,7 +235,7 @@ def test_no_progress_line_when_the_records_are_typed_at_the_terminal(nsqd: Nsqd)
     import pty
 
     controller, terminal = pty.openpty()
-    argv = [TOOL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=typed"]
+    argv = [*OURS, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=typed"]
     process = subprocess.Popen(argv, stdin=terminal, stderr=terminal)
     os.close(terminal)
     os.write(controller, b"one\ntwo\n\x04")  # typed, then Ctrl-D

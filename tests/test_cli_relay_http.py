@@ -8,12 +8,16 @@ requeue the message and lose nothing.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
@@ -142,8 +146,6 @@ def test_huge_answers_cost_bounded_memory(nsqd: Nsqd, server: WebServer) -> None
 def test_an_answer_slower_than_the_request_timeout_is_a_failure(
     nsqd: Nsqd, server: WebServer
 ) -> None:
-    import threading
-
     held = threading.Event()
     nsqd.publish(TOPIC, b"slow")
     server.script(Answer(hold=held))
@@ -347,3 +349,100 @@ def test_bad_options_stop_with_one_line(args: list[str], message: str) -> None:
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("nsq_to_http: error: ")
     assert message in result.stderr
+
+
+def timed_out_when_due(nsqd: Nsqd, channel: str) -> bytes:
+    """Make nsqd time out the channel's messages as soon as they are due; the body of
+    the message this published to it.
+
+    nsqd looks for messages to time out only in the channels it listed at its last
+    refresh (every 5 s): a new channel's may stay in flight seconds past their timeout.
+    A deferred message is made ready by the same look: once it is, the channel is
+    listed."""
+    nsqd.create_channels(TOPIC, channel)
+    probe = b"probe"
+    httpx.post(
+        f"http://{nsqd.http_address}/pub", params={"topic": TOPIC, "defer": "1"}, content=probe
+    ).raise_for_status()
+
+    def listed() -> bool:
+        stats = nsqd.channel_stats(TOPIC, channel)
+        return stats.deferred_count == 0 and stats.depth == 1
+
+    wait_until(listed, 10, "the deferred probe ready")
+    return probe
+
+
+@contextlib.contextmanager
+def answers_held(server: WebServer) -> Iterator[threading.Event]:
+    """The server holds every answer until the event is set (at the latest when the
+    block ends: a tool stopped while a request is held must not wait for it)."""
+    answer = threading.Event()
+    server.default = Answer(hold=answer)
+    try:
+        yield answer
+    finally:
+        answer.set()
+
+
+def test_messages_waiting_on_a_slow_endpoint_are_touched_not_sent_again(
+    local_nsq: LocalNsq, server: WebServer
+) -> None:
+    """nsqio/nsq#681: an endpoint that answers after three of nsqd's msg_timeouts (1 s),
+    within --http-client-request-timeout (10 s). The relay TOUCHes the messages of the
+    requests still running, so nsqd times none out: each reaches the endpoint once and
+    is FIN'd when it answers."""
+    source = local_nsq.nsqd("slow", extra_args=["--msg-timeout=1s"])
+    messages = [timed_out_when_due(source, "slow"), *bodies(9)]
+    source.publish_many(TOPIC, messages[1:])
+    argv = relay_argv(
+        OURS, source, "slow", f"--post={server.url}/", "--http-client-request-timeout=10s"
+    )
+    with answers_held(server) as answer, running(argv) as tool:
+        server.wait_for_requests(len(messages))
+        slow_until = time.monotonic() + 3.0  # the fault: the endpoint answers after 3 s
+        while time.monotonic() < slow_until:
+            assert source.channel_stats(TOPIC, "slow").timeout_count == 0
+            time.sleep(0.1)  # the fault's length, checked as it lasts
+        answer.set()
+        wait_until(lambda: source.drained(TOPIC, "slow"), 30, "drained")
+    assert source.channel_stats(TOPIC, "slow").timeout_count == 0
+    assert posted(server.received) == Counter(messages)  # each once
+    assert f"[summary]: {len(messages)} sent, 0 requeued" in tool.stderr
+
+
+def test_touches_end_at_nsqds_max_msg_timeout(local_nsq: LocalNsq, server: WebServer) -> None:
+    """A request longer than nsqd's --max-msg-timeout (3 s here; 15 min by default): the
+    message is TOUCHed until then (no timeout at its msg_timeout, 1 s), then nsqd takes it
+    back, a warning says so, and it is delivered again. The first answer's FIN then
+    fails (nsqd no longer holds that delivery); the second is FIN'd."""
+    source = local_nsq.nsqd("capped", extra_args=["--msg-timeout=1s", "--max-msg-timeout=3s"])
+    probe = timed_out_when_due(source, "capped")
+    argv = relay_argv(
+        OURS, source, "capped", f"--post={server.url}/", "--http-client-request-timeout=1m"
+    )
+    with answers_held(server) as answer, running(argv) as tool:
+        server.wait_for_requests(1)
+        first = time.monotonic()
+        server.wait_for_requests(2)
+        assert time.monotonic() - first > 2.0  # TOUCHed past its msg_timeout
+        assert source.channel_stats(TOPIC, "capped").timeout_count == 1
+        answer.set()
+        wait_until(lambda: source.drained(TOPIC, "capped"), 30, "drained")
+    assert [request.body for request in server.received] == [probe, probe]
+    assert "1 messages held unsettled for nsqd's max_msg_timeout (3s)" in tool.stderr
+    assert "E_FIN_FAILED" in tool.stderr
+
+
+def test_a_request_timeout_past_nsqds_default_max_msg_timeout_is_warned(
+    nsqd: Nsqd, server: WebServer
+) -> None:
+    nsqd.publish(TOPIC, b"one")
+    argv = relay_argv(
+        OURS, nsqd, "long", f"--post={server.url}/", "--http-client-request-timeout=20m"
+    )
+    stderr = relay_until_drained(argv, nsqd, "long")
+    assert (
+        "WARNING: --http-client-request-timeout=20m0s is longer than nsqd's default "
+        "--max-msg-timeout (15m0s)" in stderr
+    )

@@ -202,7 +202,12 @@ def test_help_shows_gos_options_first_then_ours() -> None:
     go, ours = run(go_tool(), "-h"), run(OURS, "-h")
     assert ours.returncode == go.returncode == 0
     sections = re.split(r"^(\S.*:)$", ours.stdout, flags=re.MULTILINE)
-    assert sections[1::2] == ["Options of Go's nsq_stat:", "Output and delivery:", "Logging:"]
+    assert sections[1::2] == [
+        "Options of Go's nsq_stat:",
+        "Output and delivery:",
+        "Logging:",
+        "Other options:",
+    ]
     gos_own = set(re.findall(r"^  --?([\w-]+)", sections[2], re.MULTILINE)) - {"h"}
     assert gos_own == set(re.findall(r"^  -([\w-]+)", go.stderr, re.MULTILINE))
 

@@ -6,8 +6,9 @@ cut back to what is whole and placed (inprogress.recover_crashed_files). Then ea
 topic, given or discovered through the lookupds (only those whose names make safe
 file names), gets its TopicArchive, fed by the runtime's consumers. SIGHUP closes every
 open file (the next message opens a new one). At the end, each archive is closed
-(synced, FIN'd, moved to the output dir); the first failure (a sink's, or a message
-given up with no dead-letter destination) is raised once all are closed.
+(synced, FIN'd, moved to the output dir); the first failure (a sink's, a message
+given up with no dead-letter destination, an nsqd --exit-at-end could not read) is
+raised once all are closed.
 
 The command draws the status line (StatusLine) from the counters, every second.
 """
@@ -22,7 +23,7 @@ import trio
 from nsqtools.archive.inprogress import recover_crashed_files
 from nsqtools.archive.names import BadName
 from nsqtools.archive.sink import ArchiveCounters, ArchiveSettings, TopicArchive
-from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, run_consumers
+from nsqtools.runtime.consuming import ConsumeSettings, RunCounters, Unreachable, run_consumers
 from nsqtools.runtime.deadletters import GivenUp
 from nsqtools.runtime.progress import measure_rate
 from nsqtools.runtime.sinks import SinkFailed
@@ -48,6 +49,7 @@ class ArchiveRunSettings:
     config: ClientConfig
     archive: ArchiveSettings
     dead_letters: DeadLetterSettings
+    exit_at_end: bool = False  # stop once nsqd has nothing more for any topic
 
 
 class StatusLine(Protocol):
@@ -81,8 +83,9 @@ async def run_archive(
         lookupd_http_addresses=settings.lookupd_http_addresses,
         topic_refresh=settings.topic_refresh,
         dead_letters=settings.dead_letters,
+        exit_at_end=settings.exit_at_end,
     )
-    failure: SinkFailed | GivenUp | None = None
+    failure: SinkFailed | GivenUp | Unreachable | None = None
     async with trio.open_nursery() as nursery:
 
         def sink_for(topic: str) -> TopicArchive:
@@ -103,7 +106,7 @@ async def run_archive(
                 on_hangup=close_all,
                 counters=run_counters,
             )
-        except (SinkFailed, GivenUp) as error:
+        except (SinkFailed, GivenUp, Unreachable) as error:
             failure = error
         for topic_archive in archives.values():  # every one, even after a failure
             closing_failure = await _close(topic_archive)

@@ -2,8 +2,8 @@
 
 Each tool is installed under its Go name (nsq_tail, to_nsq, ...) and as a subcommand
 of `nsq` (nsq tail, nsq pub, ...). nsqtools' own commands, which no Go tool has
-(nsqadmin's views and actions: nsq topics, nsq delete, ...; nsq bench), are subcommands
-only. Each command is the `command` of its module, imported only when used, so
+(nsqadmin's views and actions: nsq topics, nsq delete, ...; nsq bench; nsq context),
+are subcommands only. Each command is the `command` of its module, imported only when used, so
 `nsq --help` and `nsq --version` stay fast.
 """
 
@@ -38,6 +38,7 @@ OWN_SUBCOMMANDS = {
     "tombstone": "nsqtools.commands.admin.tombstone",
     "bench": "nsqtools.commands.bench",
     "archive": "nsqtools.commands.archive",
+    "context": "nsqtools.commands.context",
     "completion": "nsqtools.commands.completion",
     "man": "nsqtools.commands.manpage",
 }

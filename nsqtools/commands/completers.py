@@ -1,6 +1,7 @@
 """What Tab offers for an option's value where click offers nothing of its own (it does
 for a click.Choice and a click.Path): the words an option takes (--format, --mode),
-paths for a file or directory option typed as text, and topic names.
+paths for a file or directory option typed as text, saved contexts' names, and topic
+names.
 
 Topic names come from the nsqlookupds given on the command line so far, else from
 NSQ_LOOKUPD_HTTP_ADDRESS (several separated by spaces): one GET of /topics each, all at
@@ -51,6 +52,18 @@ def directories(
 ) -> list[CompletionItem]:
     """Directories: the shell completes them (click's type "dir")."""
     return [CompletionItem(incomplete, type="dir")]
+
+
+def contexts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The names of the saved contexts (`nsq context`); none if the file cannot be read."""
+    from nsqtools.contexts import config_directory
+    from nsqtools.contexts.store import ContextError, load_all
+
+    try:
+        names = load_all(config_directory())
+    except ContextError:
+        return []
+    return [CompletionItem(name) for name in sorted(names) if name.startswith(incomplete)]
 
 
 def topics(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:

@@ -29,9 +29,18 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             f"nsq_tail {NSQD} --topic=events --format='{{ts}} {{topic}} {{body}}'",
         ),
         (
+            "What the channel holds now, then exit 0:",
+            f"nsq_tail {LOOKUPD} --topic=events --channel=audit --exit-at-end",
+        ),
+        (
+            "A look at 5 messages of a durable channel, all given back, none FIN'd:",
+            f"nsq_tail {NSQD} --topic=events --channel=archive --peek -n 5",
+        ),
+        (
             "The Go command line, unchanged:",
             "nsq_tail -nsqd-tcp-address 127.0.0.1:4150 -topic events -n 10 -print-topic",
         ),
+        ("Through a saved cluster (see nsq context):", "nsq_tail --context=prod --topic=events"),
         (
             "Its counters for Prometheus at http://127.0.0.1:9117/metrics:",
             f"nsq_tail {NSQD} --topic=events --metrics-address=127.0.0.1:9117",
@@ -47,6 +56,12 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         (
             "Keep what an nsqd did not acknowledge, to publish it again later:",
             f"to_nsq {NSQD} --topic=events --failed-file=failed.txt < records.txt",
+        ),
+        ("As nsq pub, one message given as an argument:", f"nsq pub {NSQD} events 'hello'"),
+        (
+            "1000 JSON messages, numbered, timed and with a random id, 100 a second:",
+            f"nsq pub {NSQD} --count=1000 --rate=100 events "
+            '\'{{"n": {seq}, "at": "{ts}", "id": "{id}"}}\'',
         ),
     ),
     "nsq_to_file": (
@@ -68,6 +83,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "Messages past 10 attempts kept in a file, then given up:",
             f"nsq_to_file {NSQD} --topic=events --consumer-opt=max_attempts,10 "
             "--dead-letter-file=/var/archive/dead.jsonl",
+        ),
+        (
+            "A cron job: drain what the topic holds into files, close them, exit 0:",
+            f"nsq_to_file {LOOKUPD} --topic=events --output-dir=/var/archive --exit-at-end",
         ),
         (
             "Its counters (written, in flight, the oldest unsynced message's age) for Prometheus:",
@@ -112,6 +131,11 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
             "100 messages per POST, one per line:",
             f"nsq_to_http {NSQD} --topic=events --post=http://127.0.0.1:9200/_bulk "
             "--batch-size=100",
+        ),
+        (
+            "An endpoint that may take 2 minutes; its messages TOUCHed meanwhile:",
+            f"nsq_to_http {NSQD} --topic=reports --post=http://127.0.0.1:8080/render "
+            "--http-client-request-timeout=2m",
         ),
         (
             "Its counters, what each endpoint accepted among them, for Prometheus:",
@@ -161,6 +185,25 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "nsq tombstone": (
         ("Take one nsqd out of a topic's lookups:", "nsq tombstone events 127.0.0.1:4151 --yes"),
     ),
+    "nsq context": (
+        ("The saved clusters, the selected one marked *:", "nsq context ls"),
+        ("Select one for every program:", "nsq context use prod"),
+    ),
+    "nsq context add": (
+        ("A cluster found through its lookupd:", f"nsq context add prod {LOOKUPD}"),
+        (
+            "One nsqd over TLS, the AUTH secret read from a variable when a program runs:",
+            f"nsq context add local {NSQD} --nsqd-http-address=127.0.0.1:4151 "
+            "--tls-root-ca-file=ca.pem --auth-secret-env=NSQ_SECRET",
+        ),
+    ),
+    "nsq context use": (
+        ("Every program uses prod from now on:", "nsq context use prod"),
+        ("None again: the programs behave as Go's:", "nsq context use --none"),
+    ),
+    "nsq context ls": (("Every context, the selected one marked *:", "nsq context ls"),),
+    "nsq context show": (("The selected context, as its file holds it:", "nsq context show"),),
+    "nsq context rm": (("Forget a cluster:", "nsq context rm local"),),
     "nsq bench": (
         ("Publish and consume at once on a local nsqd:", "nsq bench"),
         (

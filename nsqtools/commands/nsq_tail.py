@@ -3,7 +3,9 @@
 Drop-in for Go's nsq_tail: same flags, defaults and raw output. Beyond it: -n counts
 across all topics and shows exactly N (anything received past N is requeued at once);
 `nsq_tail ... | head` ends quietly with exit 0; --format json|TEMPLATE; JSON bodies
-highlighted on a terminal; every message FIN'd only after its line was written.
+highlighted on a terminal; every message FIN'd only after its line was written;
+--exit-at-end (read what the channel holds, then exit 0, as kcat -e); --peek (print -n
+messages of a durable channel and give them all back, none FIN'd).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from nsqtools.commands.options import (
     consumed_topics,
     consumer_addresses,
     dead_letter_options,
+    exit_at_end_option,
     fork_consumer_options,
     logging_options,
     metrics_option,
@@ -64,6 +67,8 @@ class TailSettings:
     dead_letters: DeadLetterSettings
     partition: int | None = None  # the Youzan fork's
     start_at: StartPosition | None = None
+    exit_at_end: bool = False
+    peek: bool = False  # print, then give every message back (none FIN'd)
     metrics_address: str | None = None
 
 
@@ -83,10 +88,14 @@ def _settings(options: dict[str, Any]) -> TailSettings:
     except LocalProtocolError as error:
         fail(str(error))
     total = max(options["total"], 0)  # Go's: a negative -n is no limit, as 0 is
+    if options["peek"]:
+        _check_peek(total, channel)
     max_in_flight = options["max_in_flight"]
     if 0 < total < max_in_flight:
         max_in_flight = total  # don't ask for more messages than we want
     _check_format(options["output_format"])
+    # A peek gives nothing up: a message past max_attempts would be FIN'd (kept).
+    given_up = {"max_attempts": 0} if options["peek"] else {}
     start_at = start_position(options)
     if start_at is not None and nsqd and options["partition"] is None:
         fail("--start-at with --nsqd-tcp-address needs --partition")
@@ -98,14 +107,26 @@ def _settings(options: dict[str, Any]) -> TailSettings:
         output_format=options["output_format"],
         nsqd_tcp_addresses=nsqd,
         lookupd_http_addresses=lookupd,
-        config=build_config(TOOL, options, max_in_flight=max_in_flight),
+        config=build_config(TOOL, options, max_in_flight=max_in_flight, **given_up),
         # NO_COLOR's convention: any non-empty value turns colors off.
         color=not (options["no_color"] or os.environ.get("NO_COLOR")),
         dead_letters=dead_letter_settings(options),
         partition=options["partition"],
         start_at=start_at,
+        exit_at_end=options["exit_at_end"],
+        peek=options["peek"],
         metrics_address=options["metrics_address"],
     )
+
+
+def _check_peek(total: int, channel: str) -> None:
+    if total < 1:
+        fail("--peek needs -n N (N >= 1): how many messages to print and give back")
+    if channel.endswith("#ephemeral"):
+        fail(
+            "--peek needs a durable --channel: an ephemeral channel is deleted when the "
+            "last client leaves, with the messages given back"
+        )
 
 
 def _check_format(output_format: str) -> None:
@@ -138,6 +159,14 @@ def _check_format(output_format: str) -> None:
     help="Max number of messages to allow in flight.",
 )
 @click.option("--print-topic", is_flag=True, help="Print the topic name before each message.")
+@exit_at_end_option
+@grouped_option(
+    OUTPUT,
+    "--peek",
+    is_flag=True,
+    help="Print -n messages and give them all back at once (REQ 0), none FIN'd: each "
+    "one's attempts go up by one. Needs -n and a durable --channel.",
+)
 @grouped_option(
     OUTPUT,
     "--format",
@@ -214,7 +243,8 @@ async def tail(settings: TailSettings) -> None:
     from nsqtools.runtime.stdout import StdoutSink
 
     renderer = _Renderer(settings, terminal=os.isatty(1))
-    sink = StdoutSink(renderer.render, functools.partial(_write, StdoutWriter()))
+    write = functools.partial(_write, StdoutWriter())
+    sink = StdoutSink(renderer.render, write, hold=settings.peek)
     consume = ConsumeSettings(
         topics=settings.topics,
         channel=settings.channel,
@@ -225,13 +255,29 @@ async def tail(settings: TailSettings) -> None:
         partition=settings.partition,
         start_at=settings.start_at,
         dead_letters=settings.dead_letters,
+        exit_at_end=settings.exit_at_end,
     )
     counters = RunCounters()
     metrics = functools.partial(run_families, counters, settings.channel, "written")
+    summary = None
     async with serving_metrics(settings.metrics_address, metrics):
-        summary = await run_consumers(consume, lambda topic: sink, counters=counters)
+        try:
+            summary = await run_consumers(consume, lambda topic: sink, counters=counters)
+        finally:
+            if settings.peek and (sink.held or summary is not None):  # before any error line
+                _say_given_back(sink.held)
     if summary.sink_closed:
         silence_stdout()
+
+
+def _say_given_back(count: int) -> None:
+    """A peek's last word on stderr: what it gave back, and what that did."""
+    import sys
+
+    sys.stderr.write(
+        f"{TOOL}: gave back {count} messages unfinished (requeued, none FIN'd); "
+        "the attempts count of each went up by one\n"
+    )
 
 
 async def _write(writer: StdoutWriter, lines: bytes) -> None:

@@ -5,7 +5,8 @@ gzip members. Beyond it: topics discovered at once (not after a whole --topic-re
 a bad pattern, option, topic or filename format stops before anything starts; files a
 crash left half-written are repaired at start; work and output dirs on different
 filesystems; no name can leave the output dir; --format json; a status line on a
-terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on disk.
+terminal; a full disk ends the run with exit 1 and nothing FIN'd that is not on disk;
+--exit-at-end drains the topics into files and stops (files closed as at any stop).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from nsqtools.commands.options import (
     consumed_topics,
     consumer_addresses,
     dead_letter_options,
+    exit_at_end_option,
     http_client_timeouts,
     logging_options,
     metrics_option,
@@ -156,6 +158,7 @@ TOOL = "nsq_to_file"
     default=None,
     help="A status line on stderr (default: when stderr is a terminal).",
 )
+@exit_at_end_option
 @dead_letter_options()
 @nsqd_and_lookupd_addresses(
     "nsqd TCP address (may be given multiple times).",
@@ -212,6 +215,7 @@ def _settings(options: dict[str, Any]) -> ArchiveRunSettings:
         config=_config(options),
         archive=archive,
         dead_letters=dead_letter_settings(options),
+        exit_at_end=options["exit_at_end"],
     )
 
 
@@ -292,7 +296,7 @@ async def _archive(
     settings: ArchiveRunSettings, status: StatusLine | None, metrics_address: str | None
 ) -> None:
     from nsqtools.archive.run import run_archive
-    from nsqtools.runtime.consuming import RunCounters
+    from nsqtools.runtime.consuming import RunCounters, Unreachable
     from nsqtools.runtime.deadletters import GivenUp
     from nsqtools.runtime.metrics import run_families, serving_metrics
     from nsqtools.runtime.sinks import SinkFailed
@@ -302,7 +306,7 @@ async def _archive(
     try:
         async with serving_metrics(metrics_address, metrics):
             await run_archive(settings, status, counters)
-    except (SinkFailed, GivenUp) as error:
+    except (SinkFailed, GivenUp, Unreachable) as error:
         fail(str(error))
 
 

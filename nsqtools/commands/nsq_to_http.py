@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 TOOL = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+# nsqd's default --max-msg-timeout: however often TOUCHed, a message whose request runs
+# longer is taken back by nsqd and delivered again (nsqtools.runtime.consuming).
+NSQD_MAX_MSG_TIMEOUT = 900.0
 
 
 @dataclass
@@ -137,6 +140,7 @@ def command(**options: Any) -> None:
     """Send the messages of a topic to HTTP endpoints (GET or POST)."""
     settings = _settings(options)
     configure_logging(options["log_level"], options["log_prefix"])
+    _warn_past_max_msg_timeout(settings.relay.request_timeout)
     run_event_loop(to_http, settings)
 
 
@@ -187,6 +191,23 @@ def _settings(options: dict[str, Any]) -> ToHttpSettings:
         dead_letters=dead_letter_settings(options),
         metrics_address=options["metrics_address"],
     )
+
+
+def _warn_past_max_msg_timeout(request_timeout: float) -> None:
+    """The messages of a running request are TOUCHed, up to nsqd's max_msg_timeout: a
+    request allowed longer may see its message delivered again (a warning, not an error:
+    an nsqd may allow more, and the run says so if it happens)."""
+    if request_timeout > NSQD_MAX_MSG_TIMEOUT:
+        import logging
+
+        from nsqtools.durations import format_duration
+
+        logging.getLogger("nsqtools.http").warning(
+            "--http-client-request-timeout=%s is longer than nsqd's default "
+            "--max-msg-timeout (%s): nsqd delivers again a message whose request runs longer",
+            format_duration(request_timeout),
+            format_duration(NSQD_MAX_MSG_TIMEOUT),
+        )
 
 
 def _check_content_type(options: dict[str, Any]) -> None:

@@ -5,29 +5,41 @@ NSQ_LOOKUPD_HTTP_ADDRESS, which an address flag of any kind replaces), integers 
 Go reads them, the go-nsq `--consumer-opt`/`--producer-opt` passthrough, first-class TLS,
 compression and AUTH options (the secret also from NSQ_AUTH_SECRET or a file, so it never
 shows in `ps`), and logging. First-class options win over the passthrough, which wins over defaults.
+
+A saved cluster (nsqtools.contexts) is the layer below the environment: every command
+that takes addresses has --context, whose eager callback puts the selected context's
+settings in click's default_map (flags > environment > default_map > defaults). With
+no context selected, nothing is added.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from nsqtools import __version__
+from nsqtools import __version__, contexts
 from nsqtools.commands import completers
 from nsqtools.commands.front import (
     LOG_LEVELS,
     LOGGING,
+    OTHER,
     OUTPUT,
     TLS_AND_AUTH,
     YOUZAN,
+    GroupedOption,
     fail,
     grouped_option,
 )
+
+if TYPE_CHECKING:
+    from nsqtools.contexts.store import ClusterContext
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -129,44 +141,146 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 
 
 ADDRESS_PARAMS = frozenset({"nsqd_tcp_addresses", "nsqd_http_addresses", "lookupd_http_addresses"})
+AUTH_PARAMS = frozenset({"auth_secret", "auth_secret_file"})
 
 
-class AddressOption(click.Option):
-    """An address option whose environment variable counts only when no address flag of
-    any kind is given: NSQ_NSQD_TCP_ADDRESS must not clash with --lookupd-http-address
-    (nor NSQ_LOOKUPD_HTTP_ADDRESS with --nsqd-tcp-address), as Go reads no environment."""
+class LayeredOption(click.Option):
+    """An option of a `layer` of options that replace one another as a whole: a flag of
+    any of them replaces what the others would take from the environment or a context,
+    and an environment variable of any of them what they would take from a context. So
+    NSQ_NSQD_TCP_ADDRESS never clashes with --lookupd-http-address (Go reads no
+    environment), nor a context's lookupd with NSQ_NSQD_TCP_ADDRESS."""
+
+    layer: frozenset[str] = frozenset()
 
     def consume_value(
         self, ctx: click.Context, opts: Mapping[str, Any]
     ) -> tuple[Any, ParameterSource]:
         value, source = super().consume_value(ctx, opts)
-        if source is ParameterSource.ENVIRONMENT and not ADDRESS_PARAMS.isdisjoint(opts):
-            return (), ParameterSource.DEFAULT
+        flag_given = not self.layer.isdisjoint(opts)
+        if source is ParameterSource.ENVIRONMENT and flag_given:
+            return self._unset(), ParameterSource.DEFAULT
+        if source is ParameterSource.DEFAULT_MAP:
+            if flag_given or self._layer_in_environment(ctx):
+                return self._unset(), ParameterSource.DEFAULT
+            if isinstance(value, SecretFromEnvironment):  # a Tab needs no secret
+                value = None if ctx.resilient_parsing else value.read()
         return value, source
+
+    def _unset(self) -> Any:
+        return () if self.multiple else None
+
+    def _layer_in_environment(self, ctx: click.Context) -> bool:
+        return any(
+            param.resolve_envvar_value(ctx)
+            for param in ctx.command.params
+            if isinstance(param, LayeredOption) and param.name in self.layer
+        )
+
+
+class AddressOption(LayeredOption):
+    """An address option (nsqd TCP, nsqd HTTP, lookupd HTTP)."""
+
+    layer = ADDRESS_PARAMS
+
+
+class AuthOption(LayeredOption, GroupedOption):
+    """--auth-secret and --auth-secret-file."""
+
+    layer = AUTH_PARAMS
+
+
+@dataclass(frozen=True)
+class SecretFromEnvironment:
+    """A context's auth_secret_env: read only if the context's AUTH is the one used."""
+
+    variable: str
+    context: str
+
+    def read(self) -> str:
+        secret = os.environ.get(self.variable)
+        if not secret:
+            fail(f"context {self.context!r} reads its AUTH secret from ${self.variable}: not set")
+        return secret
+
+
+def context_option(function: F) -> F:
+    """--context NAME: added by each address option, once per command."""
+    if any(param.name == "context" for param in getattr(function, "__click_params__", ())):
+        return function
+    return grouped_option(
+        OTHER,
+        "--context",
+        metavar="NAME",
+        envvar=contexts.ENVIRONMENT,
+        is_eager=True,  # before the options whose defaults it sets
+        expose_value=False,
+        callback=_use_context,
+        shell_complete=completers.contexts,
+        help="Saved cluster (see `nsq context`) whose settings are the defaults, below "
+        "flags and environment variables  [default: the one `nsq context use` selected]",
+    )(function)
+
+
+def _use_context(ctx: click.Context, param: click.Parameter, name: str | None) -> None:
+    """The selected context's settings, as defaults of this command's options."""
+    from nsqtools.errors import NsqError
+
+    from_environment = ctx.get_parameter_source("context") is ParameterSource.ENVIRONMENT
+    try:
+        context = contexts.selected(name, contexts.ENVIRONMENT if from_environment else "--context")
+    except NsqError as error:  # a ContextError (its module is loaded only when needed)
+        if ctx.resilient_parsing:  # a Tab completes without the context
+            return
+        fail(str(error))
+    if context is not None:
+        ctx.default_map = {**(ctx.default_map or {}), **context_defaults(ctx.command, context)}
+
+
+def context_defaults(command: click.Command, context: ClusterContext) -> dict[str, Any]:
+    """A context's settings by the names of the command's options. Addresses go to its
+    address options only (to_nsq's --lookupd-http-address is the Youzan fork's), and a
+    command that takes lookupd addresses gets only those when the context has some (a
+    consumer takes one kind, and nsqds are found through lookupds)."""
+    settings: dict[str, Any] = context.settings()
+    takes = {param.name for param in command.params if isinstance(param, AddressOption)}
+    for name in ADDRESS_PARAMS - takes:
+        settings.pop(name, None)
+    if "lookupd_http_addresses" in settings:
+        settings.pop("nsqd_tcp_addresses", None)
+        settings.pop("nsqd_http_addresses", None)
+    if context.tls:
+        settings["tls_v1"] = settings.pop("tls")
+    if context.auth_secret_env:
+        variable = settings.pop("auth_secret_env")
+        settings["auth_secret"] = SecretFromEnvironment(variable, context.name)
+    return settings
+
+
+def address_option(flag: str, help_text: str, envvar: str | None = None) -> Callable[[F], F]:
+    """An address option: `--nsqd-tcp-address` → nsqd_tcp_addresses, repeatable."""
+    return click.option(
+        flag,
+        flag.removeprefix("--").replace("-", "_") + "es",
+        cls=AddressOption,
+        multiple=True,
+        envvar=envvar,
+        metavar="HOST:PORT",
+        help=help_text,
+    )
+
+
+def _tool_address_option(flag: str, envvar: str, help_text: str) -> Callable[[F], F]:
+    """A command's address option, from its environment variable too, and --context."""
+    return _stack(address_option(flag, help_text, envvar), context_option)
 
 
 def nsqd_addresses(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--nsqd-tcp-address",
-        "nsqd_tcp_addresses",
-        cls=AddressOption,
-        multiple=True,
-        envvar="NSQ_NSQD_TCP_ADDRESS",
-        metavar="HOST:PORT",
-        help=help_text,
-    )
+    return _tool_address_option("--nsqd-tcp-address", "NSQ_NSQD_TCP_ADDRESS", help_text)
 
 
 def lookupd_addresses(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--lookupd-http-address",
-        "lookupd_http_addresses",
-        cls=AddressOption,
-        multiple=True,
-        envvar="NSQ_LOOKUPD_HTTP_ADDRESS",
-        metavar="HOST:PORT",
-        help=help_text,
-    )
+    return _tool_address_option("--lookupd-http-address", "NSQ_LOOKUPD_HTTP_ADDRESS", help_text)
 
 
 def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
@@ -174,15 +288,7 @@ def nsqd_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F
 
 
 def nsqd_http_addresses(help_text: str) -> Callable[[F], F]:
-    return click.option(
-        "--nsqd-http-address",
-        "nsqd_http_addresses",
-        cls=AddressOption,
-        multiple=True,
-        envvar="NSQ_NSQD_HTTP_ADDRESS",
-        metavar="HOST:PORT",
-        help=help_text,
-    )
+    return _tool_address_option("--nsqd-http-address", "NSQ_NSQD_HTTP_ADDRESS", help_text)
 
 
 def nsqd_http_and_lookupd_addresses(nsqd_help: str, lookupd_help: str) -> Callable[[F], F]:
@@ -228,6 +334,22 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
             help="go-nsq option to pass through (may be given multiple times), e.g. "
             "max_attempts,10 or snappy (a bare key means true).",
         ),
+        tls_and_compression_options(),
+        click.option(
+            "--auth-secret",
+            cls=AuthOption,
+            help_group=TLS_AND_AUTH,
+            envvar="NSQ_AUTH_SECRET",
+            metavar="SECRET",
+            help="Secret for nsqd's AUTH (better: NSQ_AUTH_SECRET or --auth-secret-file).",
+        ),
+        auth_secret_file_option(AuthOption),
+    )
+
+
+def tls_and_compression_options() -> Callable[[F], F]:
+    """The first-class TLS and compression options (a context keeps them too)."""
+    return _stack(
         grouped_option(
             TLS_AND_AUTH, "--tls", "tls_v1", is_flag=True, default=None, help="Connect with TLS."
         ),
@@ -274,19 +396,17 @@ def connection_options(passthrough: str) -> Callable[[F], F]:
         grouped_option(
             TLS_AND_AUTH, "--deflate-level", type=GoInt(1, 9), help="Deflate level (1..9)."
         ),
-        grouped_option(
-            TLS_AND_AUTH,
-            "--auth-secret",
-            envvar="NSQ_AUTH_SECRET",
-            metavar="SECRET",
-            help="Secret for nsqd's AUTH (better: NSQ_AUTH_SECRET or --auth-secret-file).",
-        ),
-        grouped_option(
-            TLS_AND_AUTH,
-            "--auth-secret-file",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Read the AUTH secret from this file (first line).",
-        ),
+    )
+
+
+def auth_secret_file_option(option_class: type[GroupedOption]) -> Callable[[F], F]:
+    """--auth-secret-file (of a tool; of `nsq context add`, which keeps the path)."""
+    return click.option(
+        "--auth-secret-file",
+        cls=option_class,
+        help_group=TLS_AND_AUTH,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Read the AUTH secret from this file (first line).",
     )
 
 
@@ -352,6 +472,21 @@ def dead_letter_options() -> Callable[[F], F]:
             "acknowledged before the message is FIN'd.",
         ),
     )
+
+
+# What "the end" of --exit-at-end is, said once for every consuming tool's --help (1s:
+# nsqtools.runtime.consuming.END_QUIET, not imported here: it loads trio).
+EXIT_AT_END_HELP = (
+    "Read what the channel holds, then exit 0: once every nsqd of every topic (through "
+    "lookupd: each one listed) is subscribed, has had room for more and was sent nothing "
+    "for 1s. Deferred messages and those in flight to other consumers are not waited "
+    "for; an nsqd that cannot be reached ends the run with exit 1."
+)
+
+
+def exit_at_end_option(function: F) -> F:
+    """--exit-at-end: stop once nsqd has nothing more for the channel."""
+    return grouped_option(OUTPUT, "--exit-at-end", is_flag=True, help=EXIT_AT_END_HELP)(function)
 
 
 def dead_letter_settings(options: dict[str, Any]) -> Any:
@@ -534,7 +669,6 @@ def check_addresses(addresses: Sequence[str], option: str) -> None:
 def metrics_option(function: F) -> F:
     """--metrics-address: the long-running tools' counters for Prometheus
     (nsqtools.runtime.metrics), on an address checked here (a usage error, exit 2)."""
-    from nsqtools.commands.front import OTHER
 
     def checked(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
         from nsqtools.addresses import AddressError, split_bind_address

@@ -1,4 +1,5 @@
-"""to_nsq (also `nsq pub`): publish records from stdin (or files) to every nsqd given.
+"""to_nsq (also `nsq pub`): publish records from stdin (or files) to every nsqd given;
+`nsq pub TOPIC BODY` publishes a body made from a template, --count times.
 
 Drop-in for Go's to_nsq: same flags; records split on a one-byte --delimiter, empty
 ones skipped, each published to EVERY --nsqd-tcp-address (fan-out). Beyond it:
@@ -10,6 +11,13 @@ its records wait (up to --reconnect-timeout); exit status 1 with a count when an
 record was not acknowledged by every nsqd, and --failed-file keeps exactly those
 records, so that feeding it back completes the job. A second SIGINT/SIGTERM exits at
 once, still with the count (every record without an answer counts as failed).
+
+`nsq pub` without --topic takes the topic as its first argument: `nsq pub TOPIC` reads
+stdin as to_nsq does, `nsq pub TOPIC BODY` publishes BODY --count times (default 1),
+its fields filled in each time ({seq}, {ts}, {id}: nsqtools.formats.BodyTemplate). With
+--topic, `nsq pub` is to_nsq exactly: its arguments are input files. to_nsq itself
+never takes a topic as an argument (a forgotten --topic stays an error, not a topic
+named after a file).
 
 On the Youzan fork: --partition names the partition of every PUB; through the fork's
 nsqlookupd (--lookupd-http-address) records go to each partition's leader, in turn, or
@@ -54,16 +62,20 @@ from nsqtools.commands.options import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nsqtools.runtime.publishing import FailedFile, PublishSettings
+    from nsqtools.formats import BodyTemplate
+    from nsqtools.runtime.publishing import FailedFile, PublishSettings, RecordPublisher, Source
 
 TOOL = "to_nsq"
+PUB = "pub"  # the name under nsq, which also takes TOPIC [BODY] as arguments
+INPUT_FILE = click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True, path_type=Path)
 
 
-@click.command("pub", cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
+@click.command(PUB, cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
 @click.argument(
-    "files",
+    "arguments",
     nargs=-1,
-    type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True, path_type=Path),
+    metavar="[FILES]...",
+    type=click.Path(dir_okay=False, allow_dash=True),  # checked as INPUT_FILE when files
 )
 @click.option("--topic", shell_complete=completers.topics, help="NSQ topic to publish to.")
 @nsqd_addresses("Destination nsqd TCP address (may be given multiple times).")
@@ -80,6 +92,14 @@ TOOL = "to_nsq"
     default=0,
     show_default=True,
     help="Throttle messages to n/second. 0 to disable.",
+)
+@grouped_option(
+    OUTPUT,
+    "--count",
+    type=GoInt(min=1),
+    help="With `nsq pub TOPIC BODY`: publish BODY this many times (default 1), its "
+    "fields filled in each time: {seq} (1 to N), {count}, {ts}, {epoch}, {timestamp_ns}, "
+    "{id} (random), {topic}; {{ and }} are literal braces.",
 )
 @grouped_option(
     OUTPUT, "--defer", type=DURATION, help="Deliver each message after this delay (DPUB), e.g. 30s."
@@ -128,16 +148,24 @@ TOOL = "to_nsq"
 @connection_options("producer-opt")
 @logging_options(TOOL)
 @version_option(TOOL, go_has_it=False)
-def command(files: tuple[Path, ...], **options: Any) -> None:
-    """Publish records read from stdin, or from FILES ("-" is stdin), to a topic."""
+@click.pass_context
+def command(ctx: click.Context, /, arguments: tuple[str, ...], **options: Any) -> None:
+    """Publish records read from stdin, or from FILES ("-" is stdin), to a topic.
+
+    As `nsq pub` without --topic: `nsq pub TOPIC` reads stdin, `nsq pub TOPIC BODY`
+    publishes BODY, a template (see --count)."""
     from nsqtools.commands.options import build_config
     from nsqtools.protocol import LocalProtocolError, check_topic
     from nsqtools.records import DelimiterError, parse_delimiter
     from nsqtools.runtime.publishing import RecordPublisher
 
-    topic = options["topic"]
+    positional = ctx.info_name == PUB and not options["topic"]
+    files = () if positional else _input_files(ctx, arguments)
+    topic, body = _topic_and_body(arguments) if positional else (options["topic"], None)
     if not topic:
         fail("--topic required")
+    if options["count"] is not None and body is None:
+        fail("--count needs a BODY: nsq pub --count=N TOPIC BODY")
     addresses = list(options["nsqd_tcp_addresses"])
     lookupds = list(options["lookupd_http_addresses"])
     if not addresses and not lookupds:
@@ -152,11 +180,14 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
         delimiter = parse_delimiter(options["delimiter"])
     except (LocalProtocolError, DelimiterError) as error:
         fail(str(error))
-    sources = files or (Path("-"),)
+    inputs = () if body is not None else files or (Path("-"),)
+    sources: Sequence[Source] = inputs
+    if body is not None:
+        sources = (_body_template(body, topic, options["count"] or 1),)
     config = build_config(TOOL, options)
     configure_logging(options["log_level"], options["log_prefix"])
-    failed_file = _open_failed_file(options["failed_file"], sources, delimiter)
-    progress = _progress_line()
+    failed_file = _open_failed_file(options["failed_file"], inputs, delimiter)
+    progress = _progress_line(reads_stdin=Path("-") in inputs)
     publisher = RecordPublisher(
         _settings(topic, delimiter, options),
         failed_file,
@@ -167,6 +198,49 @@ def command(files: tuple[Path, ...], **options: Any) -> None:
     problem = publisher.problem()
     if problem is not None:
         fail(problem)
+    if body is not None and publisher.interrupted:
+        _say_interrupted(publisher, options["count"] or 1)
+
+
+def _input_files(ctx: click.Context, arguments: tuple[str, ...]) -> tuple[Path, ...]:
+    """to_nsq's arguments: files that must exist (click's message when one does not)."""
+    [param] = [param for param in ctx.command.params if param.name == "arguments"]
+    return tuple(INPUT_FILE.convert(argument, param, ctx) for argument in arguments)
+
+
+def _topic_and_body(arguments: tuple[str, ...]) -> tuple[str, str | None]:
+    """`nsq pub TOPIC [BODY]` without --topic."""
+    if not arguments:
+        fail("a TOPIC is required: nsq pub TOPIC [BODY] (or --topic=TOPIC [FILES]...)")
+    if len(arguments) > 2:
+        fail(
+            "nsq pub takes a TOPIC and at most one BODY (quote a BODY with spaces); "
+            "with --topic, its arguments are input files"
+        )
+    topic, *body = arguments
+    return topic, body[0] if body else None
+
+
+def _body_template(body: str, topic: str, count: int) -> BodyTemplate:
+    from nsqtools.formats import BodyTemplate, FormatError
+
+    if not body:
+        fail("BODY is empty: nsqd takes no empty message")
+    try:
+        return BodyTemplate(body, topic, count)
+    except FormatError as error:
+        fail(f"BODY: {error}")
+
+
+def _say_interrupted(publisher: RecordPublisher, count: int) -> None:
+    """How far a run of --count got when a signal stopped it (each record made was
+    acknowledged: else the run failed, with its count)."""
+    import logging
+
+    assert publisher.producer is not None
+    published = publisher.producer.acknowledged
+    if published < count:
+        logging.getLogger("nsqtools").info("interrupted: %s of %s published", published, count)
 
 
 def _check_fork_options(options: dict[str, Any]) -> None:
@@ -227,12 +301,12 @@ def _open_failed_file(
         fail(f"cannot write --failed-file {path}: {error.strerror}")
 
 
-def _progress_line() -> _ProgressLine | None:
-    """A progress line when stderr is a terminal and stdin is not: records typed at the
-    terminal would mix with it."""
+def _progress_line(reads_stdin: bool) -> _ProgressLine | None:
+    """A progress line when stderr is a terminal, unless the records are read from a
+    stdin that is one: records typed at the terminal would mix with it."""
     import logging
 
-    if not sys.stderr.isatty() or sys.stdin.isatty():
+    if not sys.stderr.isatty() or (reads_stdin and sys.stdin.isatty()):
         return None
     progress = _ProgressLine()
     for handler in logging.getLogger("nsqtools").handlers:

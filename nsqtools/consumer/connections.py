@@ -10,6 +10,11 @@ configuration problem (AUTH, TLS, a refused SUB or start position) ends the cons
 through on_fatal. A start position is set once per partition (positions.py over the
 leader's HTTP API, or SUB_ADVANCED straight to an nsqd): a reconnect, or a new leader,
 goes on from where the channel is.
+
+For a consumer that stops at the end (expected_links), Connections knows which nsqds
+there are to read: every direct address, or those of the last lookup that a lookupd
+answered (none before it); and which of them could not be reached (unreachable: the
+last dial failed), until they are.
 """
 
 from __future__ import annotations
@@ -78,10 +83,23 @@ class Connections:
         self._serving: set[str] = set()  # discovered nsqds with a connection task
         self._started: set[int] = set()  # the fork's partitions whose start position is set
         self._lookup_soon = trio.Event()  # set to poll nsqlookupd at once
+        # The nsqds to read (keys): the direct ones, or the last lookup's (None before).
+        self._expected: set[str] | None = None
+        self.unreachable: dict[str, str] = {}  # key -> why its last dial failed
         self._nursery: trio.Nursery | None = None
 
     def live(self) -> list[Link]:
         return [link for link in self._links.values() if link.live]
+
+    def expected_links(self) -> list[Link] | None:
+        """The live link of every nsqd there is to read, or None while one has none (or,
+        through nsqlookupd, before a lookup was answered)."""
+        if self._expected is None:
+            return None
+        links = [self._links.get(key) for key in self._expected]
+        if not all(link is not None and link.live for link in links):
+            return None
+        return [link for link in links if link is not None]
 
     def stop_dialing(self) -> None:
         """Redial nothing more and stop polling nsqlookupd (the consumer is stopping)."""
@@ -91,6 +109,8 @@ class Connections:
         """Connect to every direct nsqd (failing on the first that cannot be reached),
         or start polling nsqlookupd."""
         self._nursery = nursery
+        if self.nsqd_tcp_addresses:
+            self._expected = {self._node(address) for address in self.nsqd_tcp_addresses}
         for address in self.nsqd_tcp_addresses:
             await nursery.start(self._serve_direct, address)
         if self.lookupd_http_addresses:
@@ -127,6 +147,7 @@ class Connections:
                 await self._connect_and_serve(address, key, trio.TASK_STATUS_IGNORED)
             except (NsqError, ProtocolError, OSError) as error:
                 log.warning("%s: %s", address, error)
+                self._note_unreachable(address, key, error)
                 failures += 1
                 continue
             steady = trio.current_time() - dialed_at >= STEADY_CONNECTION
@@ -139,8 +160,13 @@ class Connections:
             await self._connect_and_serve(address, key, trio.TASK_STATUS_IGNORED, True)
         except (NsqError, ProtocolError, OSError) as error:
             log.warning("%s: %s", address, error)
+            self._note_unreachable(address, key, error)
         finally:
             self._serving.discard(key)
+
+    def _note_unreachable(self, address: str, key: str, error: BaseException) -> None:
+        reason = str(error)
+        self.unreachable[key] = reason if address in reason else f"{address}: {reason}"
 
     async def _connect_and_serve(
         self, address: str, key: str, task_status: trio.TaskStatus[None], discovered: bool = False
@@ -189,6 +215,7 @@ class Connections:
             await conn.request(subscription.command(self.topic, self.channel))
             link.attach(conn)
             self._links[key] = link
+            self.unreachable.pop(key, None)
             self._started_at(subscription)  # SUB_ADVANCED's, if it carried one
             self.hooks.rebalance()
             task_status.started()
@@ -247,10 +274,16 @@ class Connections:
                     asked_for_lookupds = True
                     more = await discovery.more_lookupds(client, self.lookupd_http_addresses)
                     self.lookupd_http_addresses.extend(more)
+                found_keys = set()
                 for address, subscription in self._subscriptions_found(found):
                     key = self._node(address, subscription)
+                    found_keys.add(key)
                     if key not in self._serving and self._nursery is not None:
                         self._nursery.start_soon(self._serve_discovered, address, key)
+                if answered:
+                    self._expected = found_keys
+                    for gone in set(self.unreachable) - found_keys:
+                        del self.unreachable[gone]
                 jitter = self.rng.random() * config.lookupd_poll_jitter
                 self._lookup_soon = trio.Event()
                 with trio.move_on_after(config.lookupd_poll_interval * (1 + jitter)):

@@ -134,6 +134,24 @@ class Consumer:
         in_flight = {link.key: link.in_flight for link in links}
         return flow.starved(in_flight, {link.key: link.ready for link in links})
 
+    def at_end(self, quiet: float) -> bool:
+        """True when nsqd has nothing more for this consumer: every nsqd there is (each
+        direct address; through nsqlookupd, each of the last lookup, once one answered)
+        is subscribed and was found empty (Link.found_empty: ready for more, sent
+        nothing for `quiet` seconds), and everything received was handed out. Messages
+        deferred, or in flight to another consumer of the channel, are not there yet.
+        Ask it again and again: each look notes the links found empty."""
+        links = self._connections.expected_links()
+        if links is None or self._queue:
+            return False
+        now = trio.current_time()
+        return all([link.found_empty(quiet, now) for link in links])  # each looked at
+
+    @property
+    def unreachable(self) -> list[str]:
+        """Why each nsqd there is to read could not be reached at its last dial."""
+        return list(self._connections.unreachable.values())
+
     @property
     def window(self) -> int:
         """How many messages may be in flight at once: max_in_flight, or less when the
@@ -147,6 +165,15 @@ class Consumer:
         """The shortest msg_timeout the connected nsqds granted (None: none connected)."""
         links = self._connections.live()
         return min((link.conn.identify.msg_timeout for link in links if link.conn), default=None)
+
+    @property
+    def max_msg_timeout(self) -> float | None:
+        """The shortest max_msg_timeout of the connected nsqds (None: none connected):
+        how long a message may be held, however often it is TOUCHed."""
+        links = self._connections.live()
+        return min(
+            (link.conn.identify.max_msg_timeout for link in links if link.conn), default=None
+        )
 
     @property
     def in_flight(self) -> int:
@@ -181,7 +208,7 @@ class Consumer:
         link.open_batches.add(batch)
         self._queue.append(batch)
         self._wakeup.set()
-        if self.budget is not None and self.budget.left < self.config.max_in_flight:
+        if self._near_budget():
             self._rebalance()  # near the limit RDY shrinks toward it, and is 0 once reached
 
     def _hand_up_exhausted(
@@ -210,6 +237,9 @@ class Consumer:
             )
         exhausted.finish()
 
+    def _near_budget(self) -> bool:
+        return self.budget is not None and self.budget.left < self.config.max_in_flight
+
     def _budget_spent(self) -> bool:
         return self.budget is not None and self.budget.spent
 
@@ -220,6 +250,8 @@ class Consumer:
             self.finished += count
         else:
             self.requeued += count
+        if self._near_budget():
+            self._rebalance()  # less held in flight: RDY shrinks with it, to what is wanted
         if outcome is flow.Outcome.FAILED or self._backoff.active:
             self._apply_backoff(self._backoff.record(outcome))
 
@@ -256,6 +288,15 @@ class Consumer:
             targets = _keep_probe(links) or flow.probe_ready(views, self._rng)
         else:
             targets = flow.plan_ready(self._max_in_flight(), views, self._low_ready, self._rng)
+            if self.budget is not None:
+                # RDY is nsqd's window of messages in flight: what a connection holds
+                # unanswered (a peek holds all it printed) comes on top of its share of
+                # what is still wanted, else nsqd sends nothing more while it is held.
+                held = {link.key: link.in_flight for link in links}
+                targets = {
+                    view.key: min(targets[view.key] + held[view.key], view.max_rdy_count)
+                    for view in views
+                }
         for link in links:
             target = targets[link.key]
             if link.fresh or link.subscription.ordered:
@@ -265,13 +306,16 @@ class Consumer:
                 link.send_ready(target)
 
     def _max_in_flight(self) -> int:
-        """max_in_flight, or toward a budget what is still wanted; but while anything is,
+        """max_in_flight, or toward a budget what is still wanted (within what
+        max_in_flight leaves beside the messages held in flight); but while anything is,
         every live connection keeps RDY 1 (max_in_flight allowing): the last messages
         wanted may be on any nsqd, and what comes past the budget is requeued at once."""
         if self.budget is None:
             return self.config.max_in_flight
-        wanted = max(self.budget.left, len(self._connections.live()))
-        return min(self.config.max_in_flight, wanted)
+        links = self._connections.live()
+        room = max(self.config.max_in_flight - sum(link.in_flight for link in links), 0)
+        wanted = max(self.budget.left, len(links))
+        return min(room, wanted)
 
     async def _redistribute_periodically(self) -> None:
         """When RDY is scarcer than connections, rotate it so every nsqd gets drained."""

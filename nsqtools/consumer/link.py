@@ -8,6 +8,12 @@ TOUCH) go out on the link's own connection; once that has closed they are droppe
 it. The link tells its consumer what happens through LinkHooks: messages received,
 messages answered (for the backoff), when RDY may need to change, and a failure.
 
+A link also knows whether nsqd has nothing more to send it (found_empty): it had room
+(RDY above what it holds in flight: nsqd pushes whatever the channel has then, from
+memory or disk) for a quiet while and was sent nothing. Once found so it stays so
+until a message comes, even if its RDY is later taken away (a few RDY units rotating
+over many nsqds).
+
 The Youzan fork's messages are checked here before anything sees them: a message sent
 again at once with the same id and attempts (the fork's duplicate first delivery) is
 dropped, and a message from another partition than the one subscribed to is given back
@@ -75,6 +81,8 @@ class Link:
         self.received_since_ready = 0
         self.last_message_at = trio.current_time()
         self.ready_set_at = 0.0  # when RDY was last set above 0 (go-nsq's LastRdyTime)
+        self.room_since: float | None = None  # since when RDY is above in_flight
+        self.found_empty_at: float | None = None  # when found_empty() last saw it quiet
         self.open_batches: set[ReceivedBatch] = set()
         self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
         self.cls_sent = False
@@ -144,6 +152,7 @@ class Link:
         if not self.live:
             return
         self.in_flight -= count
+        self._note_room()
         if self.ready_refresh_due:
             # The refresh rides with the answers: one send, and it is only useful once
             # answers free room in the in-flight window anyway.
@@ -165,7 +174,23 @@ class Link:
             self.ready_set_at = trio.current_time()
         self.received_since_ready = 0
         self.ready_refresh_due = False
+        self._note_room()
         self._write(cmd.rdy(count))
+
+    def _note_room(self) -> None:
+        """Keep room_since: when nsqd may send more since (None while it may not)."""
+        if self.ready <= self.in_flight:
+            self.room_since = None
+        elif self.room_since is None:
+            self.room_since = trio.current_time()
+
+    def found_empty(self, quiet: float, now: float) -> bool:
+        """nsqd has nothing more for this link: it had room for `quiet` seconds and was
+        sent nothing meanwhile, now or at an earlier look, and nothing came since."""
+        room_since = self.room_since
+        if room_since is not None and now - max(room_since, self.last_message_at) >= quiet:
+            self.found_empty_at = now
+        return self.found_empty_at is not None and self.found_empty_at > self.last_message_at
 
     def on_messages(self, conn: Conn, received: MessageBatch) -> None:
         """The connection's message sink: runs in its reader task, never blocks."""
@@ -177,6 +202,7 @@ class Link:
         self.in_flight += count
         self.received_since_ready += count
         self.last_message_at = trio.current_time()
+        self._note_room()
         self.hooks.received(self, received)
         if self.fresh:
             self.fresh = False

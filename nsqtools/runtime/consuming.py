@@ -6,9 +6,10 @@ receives past it). It hands each batch to the topic's sink as a Delivery, and fl
 the sink when the consumer is starved (nsqd sends nothing more until messages are
 answered); it ticks it every sink.tick_interval, or twice per msg_timeout
 when that is shorter, and TOUCHes what the sink holds unsettled three times per
-msg_timeout, so that nsqd does not send it again meanwhile. It alone answers nsqd for
-the sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused
-is kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
+msg_timeout, so that nsqd does not send it again meanwhile (until nsqd's max_msg_timeout,
+past which no TOUCH holds a message: a warning says so). It alone answers nsqd for the
+sinks: what a sink settles done is FIN'd, requeued is REQ'd (with backoff), refused is
+kept as a dead letter then FIN'd (with a dead-letter destination; else requeued with
 backoff); messages past max_attempts go to the dead letters too (runtime.deadletters),
 and the run then ends with GivenUp (exit status 1). The first SIGINT/SIGTERM, the budget
 spent or a sink closed for good stops every consumer, at once while it is still
@@ -16,6 +17,11 @@ connecting: sinks get a last flush, and what no sink settled is requeued by the
 consumers' clean stop. A sink's passing failure (an OSError) requeues the delivery with
 backoff and the run goes on; a SinkFailed stops every consumer the same way, then ends
 the run with it.
+
+With exit_at_end, the run stops the same way once every consumer is at the end
+(Consumer.at_end: each nsqd there is has been ready for more and sent nothing for
+END_QUIET), and only once the topics to consume were found; if an nsqd there is to read
+cannot be reached, it stops too and ends with Unreachable.
 
 RunCounters keeps what the run did, and each topic's TopicProgress what it holds now:
 for status lines and the metrics (runtime.metrics), read when scraped.
@@ -34,7 +40,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
-from nsqtools import formats
+from nsqtools import durations, formats
 from nsqtools.config import ClientConfig
 from nsqtools.consumer import Budget, Consumer, ConsumerOptions, ReceivedBatch, open_consumer
 from nsqtools.errors import NsqError
@@ -64,6 +70,16 @@ TopicFinder = Callable[[], Awaitable[Sequence[str]]]
 STOP_GRACE = 1.5
 # nsqd's msg_timeout when no nsqd is connected to say its own.
 DEFAULT_MSG_TIMEOUT = 60.0
+# exit_at_end: how long every connection must have been ready for more and sent nothing
+# (nsqd pushes what a channel holds, from memory or disk, as soon as there is room), and
+# how often the run looks.
+END_QUIET = 1.0
+END_LOOK_EVERY = 0.1
+
+
+class Unreachable(NsqError):
+    """exit_at_end: an nsqd that has the topic could not be reached, so what it holds
+    was not read; the run stopped as at the end, and fails."""
 
 
 @dataclass
@@ -80,6 +96,7 @@ class ConsumeSettings:
     partition: int | None = None  # the Youzan fork's: only this partition
     start_at: StartPosition | None = None  # the Youzan fork's: where the channel starts
     dead_letters: DeadLetterSettings = field(default_factory=DeadLetterSettings)
+    exit_at_end: bool = False  # stop once nsqd has nothing more for any consumer
 
 
 @dataclass
@@ -93,32 +110,65 @@ class RunCounters:
     topics: dict[str, TopicProgress] = field(default_factory=dict)  # those consumed so far
 
 
+@dataclass(slots=True)
+class _Held:
+    """A delivery its sink has not settled yet, since when (trio time), and whether it
+    is still TOUCHed."""
+
+    delivery: Delivery
+    since: float
+    touched: bool = True
+
+
 class TopicProgress:
-    """One topic's consumer and the deliveries its sink holds unsettled, oldest first,
-    each with when it was handed over: what the metrics read when scraped."""
+    """One topic's consumer and the deliveries its sink has not settled yet, oldest
+    first (handed over, or being handed over: accept() may wait): what the metrics read
+    when scraped, and what is TOUCHed."""
 
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
-        self.unsettled: deque[tuple[float, Delivery]] = deque()
+        self.unsettled: deque[_Held] = deque()
         self.output = 0  # messages the sink settled done (written, or acknowledged)
 
     def oldest_unsettled_age(self, now: float) -> float:
         """Seconds since the oldest delivery not settled yet was handed over (0: none)."""
-        for handed_at, delivery in self.unsettled:
-            if not delivery.settled:
-                return now - handed_at
+        for held in self.unsettled:
+            if not held.delivery.settled:
+                return now - held.since
         return 0.0
 
 
-async def _touch_unsettled(consumer: Consumer, unsettled: deque[tuple[float, Delivery]]) -> None:
+async def _touch_unsettled(consumer: Consumer, unsettled: deque[_Held]) -> None:
     """TOUCH what sinks hold unsettled, three times per msg_timeout: a relay whose
-    destination is down holds deliveries while it redials, and nsqd would otherwise
-    take them back and send them again (a duplicate each, once the destination is back).
-    nsqd extends a message's timeout so up to its --max-msg-timeout (15 min)."""
+    destination is down holds deliveries while it redials, an endpoint may be slow to
+    answer (nsq_to_http), and nsqd would otherwise take them back and send them again (a
+    duplicate each, once the destination answers). Up to nsqd's max_msg_timeout (15 min
+    by default), which no TOUCH extends: the TOUCHes of a delivery stop one round before
+    it (a later one could reach nsqd after it took the messages back), with a warning."""
     while True:
-        await trio.sleep((consumer.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3)
-        for _, delivery in unsettled:
-            delivery.touch()
+        msg_timeout = consumer.msg_timeout or DEFAULT_MSG_TIMEOUT
+        await trio.sleep(msg_timeout / 3)
+        limit = consumer.max_msg_timeout or math.inf
+        # Received then or before: nsqd's max_msg_timeout passes before the next round.
+        last_round = trio.current_time() - limit + msg_timeout / 3
+        for held in unsettled:
+            if not held.touched or held.delivery.settled:
+                continue
+            if held.since <= last_round:
+                held.touched = False
+                _warn_held_too_long(held.delivery, limit)
+            else:
+                held.delivery.touch()
+
+
+def _warn_held_too_long(delivery: Delivery, max_msg_timeout: float) -> None:
+    log.warning(
+        "%s: %d messages held unsettled for nsqd's max_msg_timeout (%s): no more TOUCH, "
+        "nsqd will time them out and deliver them again",
+        delivery.topic,
+        delivery.count,
+        durations.format_duration(max_msg_timeout),
+    )
 
 
 def next_beat(beat: float, delay: float, now: float) -> float:
@@ -153,12 +203,15 @@ async def run_consumers(
     given, is called on each SIGHUP (else SIGHUP keeps its default: the process ends, as
     Go's tools do). counters, if given, is kept up to date as the run goes (status lines).
     Raises SinkFailed, once every consumer has stopped, if a sink (or the dead letters)
-    failed; else GivenUp if messages were given up.
+    failed; else Unreachable if an nsqd could not be read to the end; else GivenUp if
+    messages were given up.
     """
     run = _ConsumingRun(settings, sink_for, find_topics, counters or RunCounters())
     await run.run(on_hangup)
     if run.failure is not None:
         raise run.failure
+    if run.unreachable is not None:
+        raise run.unreachable
     if run.counters.given_up:
         raise GivenUp(run.counters.given_up, settings.dead_letters.where())
     return run.counters
@@ -194,6 +247,8 @@ class _ConsumingRun:
         # What a stop cancels at once: consumers still connecting, the search for topics.
         self.cancelled_by_stop: set[trio.CancelScope] = set()
         self.failure: SinkFailed | None = None  # the first sink that failed, which ends the run
+        self.unreachable: Unreachable | None = None  # exit_at_end: an nsqd not read to the end
+        self.topics_found = trio.Event()  # consumers started for every topic found at first
         self.dead_letters = DeadLetters(
             settings.dead_letters, settings.config, counters.given_up, self._fail
         )
@@ -205,6 +260,8 @@ class _ConsumingRun:
             await nursery.start(
                 functools.partial(watch_signals, self._stop_on_signal, hangup=on_hangup)
             )
+            if self.settings.exit_at_end:
+                nursery.start_soon(self._stop_at_end)
             async with trio.open_nursery() as topics:
                 for topic in self.settings.topics:
                     if self.stopped.is_set():
@@ -213,7 +270,25 @@ class _ConsumingRun:
                     await topics.start(self._consume, topic)
                 if self.find_topics is not None:
                     topics.start_soon(self._follow_new_topics, topics, self.find_topics)
+                else:
+                    self.topics_found.set()
             nursery.cancel_scope.cancel()
+
+    async def _stop_at_end(self) -> None:
+        """Stop once every consumer is at the end (a topic with none: at once), or as
+        soon as an nsqd there is to read cannot be reached."""
+        await self.topics_found.wait()
+        while True:
+            consumers = list(self.consumers.values())
+            unreachable = [reason for consumer in consumers for reason in consumer.unreachable]
+            if unreachable:
+                self._end_unread(f"{unreachable[0]} (what it holds was not read)")
+                return
+            if all([consumer.at_end(END_QUIET) for consumer in consumers]):  # each looked at
+                log.info("at the end: nsqd has nothing more for the channel; stopping")
+                self.stop()
+                return
+            await trio.sleep(END_LOOK_EVERY)
 
     async def _consume(self, topic: str, *, task_status: trio.TaskStatus[None]) -> None:
         """Consume the topic until stopped; a stop while it connects ends it at once
@@ -255,11 +330,14 @@ class _ConsumingRun:
                     found = await find_topics()
                 except (OSError, NsqError) as error:
                     log.warning("looking for new topics: %s", error)
-                    found = []
-                for topic in found:
-                    if topic not in self.consumers:
-                        log.info("new topic %s: consuming it", topic)
-                        await topics.start(self._consume, topic)
+                    if self.settings.exit_at_end and not self.topics_found.is_set():
+                        self._end_unread(f"{error}: which topics to read is unknown")
+                else:
+                    for topic in found:
+                        if topic not in self.consumers:
+                            log.info("new topic %s: consuming it", topic)
+                            await topics.start(self._consume, topic)
+                    self.topics_found.set()
                 await trio.sleep(self.settings.topic_refresh)
 
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
@@ -315,12 +393,12 @@ class _ConsumingRun:
         consumer = progress.consumer
         # Deliveries the sink has not settled yet, oldest first: while there are none (a
         # sink that settles at once), a starved consumer has nothing to flush for. Each
-        # goes in before accept(), which may wait: unanswered meanwhile, TOUCHed too.
+        # goes in before accept(), which may wait: unsettled meanwhile, TOUCHed too.
         unsettled = progress.unsettled
         async for batch in consumer:  # within the budget: the consumer took them from it
             delivery = Delivery(consumer.topic, batch, _Settler(self, progress, batch))
             self.counters.delivered += delivery.count
-            unsettled.append((trio.current_time(), delivery))
+            unsettled.append(_Held(delivery, trio.current_time()))
             try:
                 await sink.accept(delivery)
             except SinkClosed:
@@ -335,12 +413,17 @@ class _ConsumingRun:
             except (OSError, NsqError) as error:
                 log.warning("%s: %d messages requeued: %s", consumer.topic, delivery.count, error)
                 delivery.requeue()
-            while unsettled and unsettled[0][1].settled:
+            while unsettled and unsettled[0].delivery.settled:
                 unsettled.popleft()
             if self.budget is not None and self.budget.spent:
                 self.stop()
             elif unsettled and consumer.is_starved():
                 await self._flush(sink)
+
+    def _end_unread(self, why: str) -> None:
+        """exit_at_end: stop, and end with Unreachable; something there was not read."""
+        self.unreachable = self.unreachable or Unreachable(why)
+        self.stop()
 
     def stop(self) -> None:
         self.stopped.set()

@@ -1,14 +1,15 @@
-"""to_nsq's run: records read from files or stdin, published to every nsqd, and what is
-reported at the end.
+"""to_nsq's run: records read from files or stdin (or made from `nsq pub`'s body
+template), published to every nsqd, and what is reported at the end.
 
-RecordPublisher reads each source in turn, splits it into records on the delimiter,
-holds them to --rate, routes them by partition (a shard key hashed, with their trace
-ids) and queues them with the producer, which publishes them to every nsqd. A record
-that fails (not acknowledged by every nsqd, or without its shard key or trace id) is
-counted, with its reason, and kept in the failed file. The first SIGINT/SIGTERM stops
-the reading and lets what was read be published; a second exits at once, every record
-without an answer counted failed (and kept in the failed file) after the publisher has
-said so. problem() is then the line the command ends with.
+RecordPublisher reads each source in turn, splits it into records on the delimiter (a
+template's records are made a batch at a time, as they are published), holds them to
+--rate, routes them by partition (a shard key hashed, with their trace ids) and queues
+them with the producer, which publishes them to every nsqd. A record that fails (not
+acknowledged by every nsqd, or without its shard key or trace id) is counted, with its
+reason, and kept in the failed file. The first SIGINT/SIGTERM stops the reading and lets
+what was read be published; a second exits at once, every record without an answer
+counted failed (and kept in the failed file) after the publisher has said so. problem()
+is then the line the command ends with.
 
 The command draws the progress line (ProgressLine) and says what a second signal
 loses (the `say_lost` callback): nothing here writes to the terminal.
@@ -20,7 +21,7 @@ import functools
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from nsqtools import flow
+from nsqtools.formats import BodyTemplate
 from nsqtools.partitions import Partitions
 from nsqtools.producer import PUT_MANY_CHUNK, Producer, open_producer
 from nsqtools.records import RecordKey, RecordKeyError, split_records
@@ -45,6 +47,12 @@ log = logging.getLogger("nsqtools")
 # Records by the Youzan fork's partition (None: the one nsqd leads), with trace ids.
 _ByPartition = dict[int | None, tuple[list[bytes], list[int] | None]]
 PROGRESS_INTERVAL = 0.5
+# A body template's records made at once (fewer with --rate: a second's worth, so that
+# each {ts} is within about a second of its publishing).
+MADE_AT_ONCE = 1000
+
+# What records come from: a file ("-": stdin), or `nsq pub`'s body template.
+Source = Path | BodyTemplate
 
 
 @dataclass(frozen=True)
@@ -113,10 +121,11 @@ class RecordPublisher:
         self.unkeyed: Counter[str] = Counter()  # records without a shard key or trace id
         self.held: list[bytes] = []  # read, not yet given to the producer (--rate)
         self.unsent = 0  # held records given up on a second signal
+        self.interrupted = False  # a first signal stopped the reading
         self.producer: Producer | None = None
 
     async def publish(
-        self, sources: tuple[Path, ...], addresses: list[str], config: ClientConfig
+        self, sources: Sequence[Source], addresses: list[str], config: ClientConfig
     ) -> None:
         """Publish every record of the sources, then make the failed file durable."""
         on_outcome = self._record_failures if self.failed_file is not None else None
@@ -140,7 +149,7 @@ class RecordPublisher:
         if self.failed_file is not None:
             self.failed_file.close()
 
-    async def _publish_all(self, sources: tuple[Path, ...], producer: Producer) -> None:
+    async def _publish_all(self, sources: Sequence[Source], producer: Producer) -> None:
         async with trio.open_nursery() as nursery:
             reading = trio.CancelScope()
             # First SIGINT/SIGTERM (one that came while starting, too): read no more,
@@ -160,21 +169,27 @@ class RecordPublisher:
             await producer.flush()
             nursery.cancel_scope.cancel()
 
-    async def _publish_source(self, source: Path) -> None:
+    async def _publish_source(self, source: Source) -> None:
+        if isinstance(source, BodyTemplate):
+            await self._publish_records(_made(source, self.settings.rate))
+            return
         fd = 0 if str(source) == "-" else os.open(source, os.O_RDONLY)
-        rate = self.settings.rate
-        bucket = flow.TokenBucket(rate, trio.current_time()) if rate else None
         try:
-            async for records in split_records(read_chunks(fd), self.settings.delimiter):
-                self.held = records
-                while bucket is not None and self.held:
-                    await self._give(bucket.take(len(self.held), trio.current_time()))
-                    if self.held:
-                        await trio.sleep(bucket.wait_time(trio.current_time()))
-                await self._give(len(self.held))
+            await self._publish_records(split_records(read_chunks(fd), self.settings.delimiter))
         finally:
             if fd != 0:
                 os.close(fd)
+
+    async def _publish_records(self, batches: AsyncIterator[list[bytes]]) -> None:
+        rate = self.settings.rate
+        bucket = flow.TokenBucket(rate, trio.current_time()) if rate else None
+        async for records in batches:
+            self.held = records
+            while bucket is not None and self.held:
+                await self._give(bucket.take(len(self.held), trio.current_time()))
+                if self.held:
+                    await trio.sleep(bucket.wait_time(trio.current_time()))
+            await self._give(len(self.held))
 
     async def _give(self, count: int) -> None:
         """Queue the first `count` records held. Each leaves `held` as it is queued
@@ -242,6 +257,7 @@ class RecordPublisher:
     def _stop_reading(self, reading: trio.CancelScope) -> Callable[[], None]:
         def stop() -> None:
             reading.cancel()
+            self.interrupted = True
             self._say_stopping()
 
         return stop
@@ -281,6 +297,14 @@ class RecordPublisher:
             return None
         where = f"; they are in {self.failed_file.path}" if self.failed_file is not None else ""
         return unpublished(failed, producer.acknowledged + failed, reasons) + where
+
+
+async def _made(template: BodyTemplate, rate: int) -> AsyncIterator[list[bytes]]:
+    """The template's records, numbered from 1, made a batch at a time."""
+    size = min(rate or MADE_AT_ONCE, MADE_AT_ONCE)
+    for first in range(1, template.count + 1, size):
+        yield template.bodies(first, min(size, template.count + 1 - first))
+        await trio.lowlevel.checkpoint()
 
 
 def _trace_id(text: str) -> int:

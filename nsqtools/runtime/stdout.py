@@ -3,6 +3,10 @@ command: raw, JSON or a template, highlighted or not), written, and then done: w
 is durable enough for a terminal or a pipe, so the sink holds nothing. A reader that
 went away for good (`nsq_tail | head`) closes the sink: the write raises SinkClosed,
 and the runtime stops every consumer and requeues what was not written.
+
+A peeking sink (hold=True) writes the lines and settles nothing: the messages stay in
+flight, so nsqd does not send them again, and the consumers' clean stop gives every one
+back at once (REQ 0), none FIN'd; `held` counts them.
 """
 
 from __future__ import annotations
@@ -18,19 +22,24 @@ Write = Callable[[bytes], Awaitable[None]]
 
 
 class StdoutSink:
-    """Each delivery rendered, written, then done."""
+    """Each delivery rendered, written, then done (or held, to be given back)."""
 
     tick_interval: float | None = None
 
-    def __init__(self, render: Render, write: Write) -> None:
+    def __init__(self, render: Render, write: Write, *, hold: bool = False) -> None:
         self.render = render
         self.write = write
+        self.hold = hold
+        self.held = 0  # messages written and left unsettled (hold)
 
     async def accept(self, delivery: Delivery) -> None:
         await self.write(self.render(delivery))
-        delivery.done()
+        if self.hold:
+            self.held += delivery.count
+        else:
+            delivery.done()
 
     async def flush(self) -> None:
-        """Nothing held: every delivery is done once written."""
+        """Nothing to make durable: a delivery is done once written (or held for good)."""
 
     tick = flush

@@ -2,7 +2,8 @@
 
 A LookupdTopics is the `find_topics` of run_consumers for tools that follow topics as
 they appear (nsq_to_file with no --topic). Each call asks every lookupd for its topics
-(a lookupd that fails is logged and skipped) and keeps those the pattern matches
+(a lookupd that fails is logged and skipped; if all fail, the call raises
+NoTopicList) and keeps those the pattern matches
 anywhere in the name (Go's unanchored regexp.MatchString) and the tool accepts. Each
 topic skipped is logged once, not at every refresh.
 
@@ -54,6 +55,10 @@ class TopicPattern:
         return self._regexp.search(topic) is not None
 
 
+class NoTopicList(NsqError):
+    """No lookupd answered: which topics there are is unknown."""
+
+
 class LookupdTopics:
     def __init__(
         self,
@@ -72,13 +77,17 @@ class LookupdTopics:
 
     async def __call__(self) -> list[str]:
         found: set[str] = set()
+        answered = False
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for address in self.addresses:
                 try:
                     topics = await send(client, lookupd.topics(address))
                     found.update(topics)
+                    answered = True
                 except HttpApiError as error:
                     log.error("could not retrieve topic list from %s: %s", address, error)
+        if not answered:
+            raise NoTopicList("no nsqlookupd answered with its topics")
         return sorted(topic for topic in found if self._wanted(topic))
 
     def _wanted(self, topic: str) -> bool:

@@ -25,6 +25,7 @@ TARGETS: dict[str, Callable[[int], Target]] = {
     "nsq_to_file plain": lambda messages: ToFileTarget("plain", messages),
     "nsq_to_file gzip": lambda messages: ToFileTarget("gzip", messages),
     "nsq_to_file work dir": lambda messages: ToFileTarget("work dir", messages),
+    "nsq_to_file --exit-at-end": lambda messages: ToFileTarget("--exit-at-end", messages),
     "nsq_to_nsq": RelayNsqTarget,
     "nsq_to_http": RelayHttpTarget,
     f"nsq_to_http max_attempts={MAX_ATTEMPTS}": lambda messages: RelayHttpTarget(

@@ -235,20 +235,24 @@ class TailTarget(ConsumingTarget):
 
 
 class ToFileTarget(ConsumingTarget):
-    """nsq_to_file writing `variant` files ("plain", "gzip", "work dir") onto a small
-    filesystem of its own, which DISK_FULL fills (a ballast file) and mends (deleted).
-    With a work dir, the work dir is on that filesystem and the output dir elsewhere:
-    finished files move across filesystems."""
+    """nsq_to_file writing `variant` files ("plain", "gzip", "work dir", "--exit-at-end")
+    onto a small filesystem of its own, which DISK_FULL fills (a ballast file) and mends
+    (deleted). With a work dir, the work dir is on that filesystem and the output dir
+    elsewhere: finished files move across filesystems. With --exit-at-end (ours only:
+    Go has no such flag), each run ends by itself once nsqd has nothing more for it, and
+    the harness starts the next, as a cron job would."""
 
     program = "nsq_to_file"
     kinds = (*NSQD_FAULTS, FaultKind.DISK_FULL)
 
     def __init__(self, variant: str, messages: int = MESSAGES) -> None:
-        if variant not in ("plain", "gzip", "work dir"):
+        if variant not in ("plain", "gzip", "work dir", "--exit-at-end"):
             raise ValueError(f"no such nsq_to_file variant: {variant}")
         self.variant = variant
         self.name = f"nsq_to_file {variant}"
         super().__init__(messages)
+        if variant == "--exit-at-end":
+            self.go_program = None
         self._stack = ExitStack()
         self.filesystem = Path()
 
@@ -278,6 +282,8 @@ class ToFileTarget(ConsumingTarget):
             options.append("--gzip")
         if self.variant == "work dir":
             options.append(f"--work-dir={self.filesystem / 'work'}")
+        if self.variant == "--exit-at-end":
+            options.append("--exit-at-end")
         return options
 
     def break_fault(self, fault: Fault) -> None:
