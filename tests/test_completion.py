@@ -92,7 +92,7 @@ def silent_lookupd() -> Iterator[str]:
         (
             "nsq_stat",
             "nsq_stat --format ",
-            ["plain,auto", "plain,table", "plain,plain", "plain,json"],
+            ["plain,auto", "plain,table", "plain,plain", "plain,json", "plain,prometheus"],
         ),
         (
             "nsq_to_nsq",
