@@ -22,6 +22,7 @@ from nsqtools.testing.faults.runs import Run, ToolRuns
 from nsqtools.testing.faults.schedule import Fault
 from nsqtools.testing.faults.tally import Tally
 from nsqtools.testing.faults.tap import MAGIC, Ledger, _Connection
+from nsqtools.testing.faults.targets_pub import PubCountTarget
 
 ALL_KINDS = tuple(FaultKind)
 
@@ -94,11 +95,16 @@ def _pieces(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def _run(
-    sent: list[str], exit_code: int, stderr: str = "", kept: int = 0, early: bool = False
+    sent: list[str],
+    exit_code: int,
+    stderr: str = "",
+    kept: int = 0,
+    early: bool = False,
+    number: int = 0,
 ) -> Run:
     process = subprocess.Popen(["true"])
     process.wait()
-    run = Run(0, process, 0.0, Path("out"), Path("err"), sent=sent, exit_code=exit_code)
+    run = Run(number, process, 0.0, Path("out"), Path("err"), sent=sent, exit_code=exit_code)
     run.stderr, run.kept, run.before_handler = stderr, kept, early
     return run
 
@@ -160,6 +166,28 @@ def test_the_tally_says_which_exit_statuses_lie() -> None:
     ]
     assert not _tally(runs=truthful).run_problems()
     assert len(_tally(runs=lying).run_problems()) == len(lying)
+
+
+def test_nsq_pub_count_runs_are_held_to_what_they_say_they_made(tmp_path: Path) -> None:
+    """All of a run that exits 0 by itself; as many as `interrupted: N of M` says; T of
+    `F of T records were not published` (the F in its failed file); of a SIGKILLed run,
+    only what the topic holds (allowed, not required)."""
+    target = PubCountTarget(messages=8)  # 4 bodies a run
+    target.directory = tmp_path
+    (tmp_path / "failed-2.txt").write_bytes(b"run2-000003\n")
+    not_published = "nsq: error: 1 of 3 records were not published to every nsqd: x (1)\n"
+    for run in (
+        _run([], 0, number=0),
+        _run(["SIGTERM"], 0, "[to_nsq] INFO: interrupted: 2 of 4 published\n", number=1),
+        _run([], 1, not_published, number=2),
+        _run(["SIGKILL"], -9, number=3),
+    ):
+        target.run_ended(run)
+        assert run.kept == (1 if run.number == 2 else 0)
+    target.topic_read = Counter([b"run0-000001", b"run3-000002"])
+    made = {(0, 1), (0, 2), (0, 3), (0, 4), (1, 1), (1, 2), (2, 1), (2, 2), (2, 3), (3, 2)}
+    assert target.published == {b"run%d-%06d" % pair for pair in made}
+    assert target.kept() == Counter([b"run2-000003"])
 
 
 class _FinsWithoutWriting(TailTarget):

@@ -16,6 +16,7 @@ import pytest
 
 from nsqtools.testing.faults import TARGETS, FaultKind, Harness, Schedule, seed_to_use
 from nsqtools.testing.faults.catalog import RATE
+from nsqtools.testing.faults.targets_pub import PubCountTarget
 from nsqtools.testing.faults.targets_spark import ReplayTarget, StreamSinkTarget, StreamSourceTarget
 
 # Random fault schedules, tens of seconds each (scripts/test --all runs them).
@@ -42,7 +43,7 @@ def test_nothing_is_lost_under_a_short_random_schedule(name: str, tmp_path: Path
     tally.check()
 
 
-@pytest.mark.parametrize("name", ["nsq_to_file gzip", f"to_nsq --rate={RATE}"])
+@pytest.mark.parametrize("name", ["nsq_to_file gzip", f"to_nsq --rate={RATE}", PubCountTarget.name])
 def test_stop_signals_at_any_moment_lose_nothing(name: str, tmp_path: Path) -> None:
     """Only stop signals: SIGINT and SIGTERM, doubled as `timeout` sends them, and within
     the first 100 ms of a start (the random schedule gives each kind its turn at most)."""

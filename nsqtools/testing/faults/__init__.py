@@ -9,8 +9,8 @@ status tells the truth.
 - runs.py: the tool started again and again, signalled, killed, each run's exit;
 - harness.py: the World (a durable nsqd behind the tap), the Target interface, and the
   Harness that follows a schedule and counts;
-- targets.py (consuming tools) and targets_pub.py (to_nsq): each tool as the harness
-  drives it;
+- targets.py (consuming tools) and targets_pub.py (to_nsq, `nsq pub --count`): each
+  tool as the harness drives it;
 - catalog.py: every target by name (the tests' and bench/faults.py's list);
 - tally.py: what a run found, and the invariant.
 

@@ -12,7 +12,7 @@ from nsqtools.testing.faults.targets import (
     TailTarget,
     ToFileTarget,
 )
-from nsqtools.testing.faults.targets_pub import PublishTarget
+from nsqtools.testing.faults.targets_pub import PubCountTarget, PublishTarget
 from nsqtools.testing.faults.targets_spark import ReplayTarget, StreamSinkTarget, StreamSourceTarget
 
 # to_nsq --rate: slower than the records come, so that records wait in the limiter.
@@ -33,6 +33,7 @@ TARGETS: dict[str, Callable[[int], Target]] = {
     ),
     "to_nsq": PublishTarget,
     f"to_nsq --rate={RATE}": lambda messages: PublishTarget(messages, rate=RATE),
+    PubCountTarget.name: PubCountTarget,
     StreamSourceTarget.name: StreamSourceTarget,
     StreamSinkTarget.name: StreamSinkTarget,
     ReplayTarget.name: ReplayTarget,

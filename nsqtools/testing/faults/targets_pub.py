@@ -1,7 +1,8 @@
 """Publishing tools as the fault harness drives them: PublishingTarget, what every one
 shares (the faults of the nsqd it publishes to, through the tap; a last run once the
 faults are over; the topic read back as the output; targets_spark.py's sink and replay
-build on it), and to_nsq: numbered records fed to its stdin while faults strike.
+build on it), to_nsq: numbered records fed to its stdin while faults strike, and
+`nsq pub TOPIC BODY --count` (ours only): each run makes and publishes bodies of its own.
 
 Each run reads a pipe of its own, fed as the records fall due. When a run ends, what it
 took from the pipe is known exactly (the bytes left in it are read back): a run that
@@ -11,11 +12,19 @@ all of a SIGKILLed run's (a killed process keeps nothing: a user runs the job ag
 Once the faults are over, the running tool is stopped with SIGTERM and a last run reads
 the records left from a file to its end, then exits by itself. The output is the
 destination topic, read once everything is done.
+
+`nsq pub --count` takes nothing in: each run publishes run<N>-000001 and on, --count of
+them at --rate, and says how far it got. What it claims is what is expected of it: all
+of them when it exits 0 by itself; N when a stop signal ends it with `interrupted: N of
+M published`; T when it fails with `F of T records were not published` (the F in its
+--failed-file). A SIGKILLed run (or one signalled before it took the signals) claims
+nothing: its bodies found in the topic are allowed, none is required.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -105,6 +114,21 @@ class PublishingTarget(Target):
     def output(self) -> Counter[bytes]:
         return drain(self.world.nsqd, TOPIC)
 
+    # -- ours: --failed-file, one per run ----------------------------------------------
+
+    def _failed_file(self, run: int) -> Path:
+        return self.directory / f"failed-{run}.txt"
+
+    def kept(self) -> Counter[bytes]:
+        kept: Counter[bytes] = Counter()
+        for path in self.directory.glob("failed-*.txt"):
+            kept.update(self._failed_records(int(path.stem.split("-")[1])))
+        return kept
+
+    def _failed_records(self, run: int) -> list[bytes]:
+        path = self._failed_file(run)
+        return path.read_bytes().split(DELIMITER)[:-1] if path.exists() else []
+
 
 class PublishTarget(PublishingTarget):
     name = "to_nsq"
@@ -128,9 +152,6 @@ class PublishTarget(PublishingTarget):
         if implementation == "go":
             return [str(find_binary("to_nsq")), *common]
         return [*our_tool("to_nsq"), *common, f"--failed-file={self._failed_file(run)}"]
-
-    def _failed_file(self, run: int) -> Path:
-        return self.directory / f"failed-{run}.txt"
 
     # -- records in --------------------------------------------------------------------
 
@@ -200,12 +221,73 @@ class PublishTarget(PublishingTarget):
                 self.cursor = pipe.first + whole
             pipe.close()
 
-    def kept(self) -> Counter[bytes]:
-        kept: Counter[bytes] = Counter()
-        for path in self.directory.glob("failed-*.txt"):
-            kept.update(self._failed_records(int(path.stem.split("-")[1])))
-        return kept
 
-    def _failed_records(self, run: int) -> list[bytes]:
-        path = self._failed_file(run)
-        return path.read_bytes().split(DELIMITER)[:-1] if path.exists() else []
+# What a run of `nsq pub --count` says of how far it got (stderr).
+INTERRUPTED = re.compile(r"interrupted: ([\d,]+) of [\d,]+ published")
+UNPUBLISHED = re.compile(r": error: [\d,]+ of ([\d,]+) records were not published")
+RUN_SECONDS = 2.0  # a run of `nsq pub --count` at its --rate: faults strike mid-run
+
+
+class PubCountTarget(PublishingTarget):
+    """`nsq pub TOPIC BODY --count=K --rate=R` (ours only: Go's to_nsq makes no bodies),
+    each run publishing run<N>-000001 to run<N>-<K>, in RUN_SECONDS, with a --failed-file
+    of its own; started again whenever it ends, by itself or not. What each run claims it
+    made (published, or kept in its failed file) is what is expected of it."""
+
+    name = "nsq pub --count"
+
+    def __init__(self, messages: int = MESSAGES) -> None:
+        super().__init__(messages)
+        self.count = messages // 2  # a run's: its runs together publish a few times more
+        self.rate = round(self.count / RUN_SECONDS)
+        self.claimed: dict[int, int] = {}  # run → bodies it made (numbered from 1)
+        self.unclaimed: list[int] = []  # runs that said nothing: killed
+        self.topic_read: Counter[bytes] | None = None  # the output, read once
+
+    def argv(self, implementation: str, run: int) -> list[str]:
+        if implementation != "ours":
+            raise ValueError("Go's to_nsq makes no bodies: `nsq pub --count` is ours only")
+        return [
+            *our_tool("nsq"),
+            "pub",
+            f"--nsqd-tcp-address={self.world.address}",
+            f"--count={self.count}",
+            f"--rate={self.rate}",
+            f"--failed-file={self._failed_file(run)}",
+            TOPIC,
+            f"run{run}-{{seq:06d}}",
+        ]
+
+    def start_feeding(self, started: float) -> None:
+        self._fed.set()  # nothing goes in: each run makes its bodies
+
+    def run_ended(self, run: Run) -> None:
+        """What the run claims it made: all when it ended by itself with 0, else what
+        its last words say; a killed run claims nothing."""
+        run.kept = len(self._failed_records(run.number))
+        interrupted = INTERRUPTED.search(run.stderr)
+        unpublished = UNPUBLISHED.search(run.stderr)
+        if unpublished is not None:
+            self.claimed[run.number] = int(unpublished[1].replace(",", ""))
+        elif interrupted is not None:
+            self.claimed[run.number] = int(interrupted[1].replace(",", ""))
+        elif run.killed or run.before_handler or run.overdue:
+            self.unclaimed.append(run.number)
+        else:  # exit 0 by itself, or a failure that did not say how far it got: all
+            self.claimed[run.number] = self.count
+
+    def _bodies(self, run: int, made: int) -> set[bytes]:
+        return {b"run%d-%06d" % (run, seq) for seq in range(1, made + 1)}
+
+    @property
+    def published(self) -> set[bytes]:
+        """Every body a run claims it made, and those of unclaimed runs found in the
+        topic (allowed, not required)."""
+        claimed = set[bytes]().union(*(self._bodies(*made) for made in self.claimed.items()))
+        allowed = set[bytes]().union(*(self._bodies(run, self.count) for run in self.unclaimed))
+        return claimed | (allowed & self.output().keys())
+
+    def output(self) -> Counter[bytes]:
+        if self.topic_read is None:
+            self.topic_read = super().output()
+        return self.topic_read
