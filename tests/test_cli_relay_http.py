@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nsqtools.testing import Nsqd, find_binary, our_tool, running, wait_until
+from nsqtools.testing import Nsqd, find_binary, holds_throughout, our_tool, running, wait_until
 from nsqtools.testing.faults.tap import MOST_NSQD_LOSES, NsqTap
 from nsqtools.testing.webserver import Answer, ReceivedRequest, WebServer
 from tests.conftest import DURABLE, LocalNsq
@@ -400,10 +400,10 @@ def test_messages_waiting_on_a_slow_endpoint_are_touched_not_sent_again(
     )
     with answers_held(server) as answer, running(argv) as tool:
         server.wait_for_requests(len(messages))
-        slow_until = time.monotonic() + 3.0  # the fault: the endpoint answers after 3 s
-        while time.monotonic() < slow_until:
-            assert source.channel_stats(TOPIC, "slow").timeout_count == 0
-            time.sleep(0.1)  # the fault's length, checked as it lasts
+        # The fault: the endpoint answers after 3 s.
+        holds_throughout(
+            lambda: source.channel_stats(TOPIC, "slow").timeout_count == 0, 3.0, "no timeout"
+        )
         answer.set()
         wait_until(lambda: source.drained(TOPIC, "slow"), 30, "drained")
     assert source.channel_stats(TOPIC, "slow").timeout_count == 0

@@ -9,13 +9,20 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import LinkProxy, Nsqd, find_binary, our_tool, running, wait_until
+from nsqtools.testing import (
+    LinkProxy,
+    Nsqd,
+    find_binary,
+    holds_throughout,
+    our_tool,
+    running,
+    wait_until,
+)
 from nsqtools.testing.faults.tap import MOST_NSQD_LOSES, NsqTap
 from tests.conftest import DURABLE, LocalNsq
 
@@ -316,10 +323,10 @@ def test_what_waits_on_a_destination_down_is_touched_not_sent_again(
         messages = bodies(10)
         source.publish_many(TOPIC, messages)
         wait_until(lambda: holds_a_full_window(source, "touched", 10), 30, "10 held")
-        down_until = time.monotonic() + 4.0  # the fault: the destination down for 4 s
-        while time.monotonic() < down_until:
-            assert source.channel_stats(TOPIC, "touched").timeout_count == 0
-            time.sleep(0.1)  # the fault's length, checked as it lasts
+        # The fault: the destination down for 4 s.
+        holds_throughout(
+            lambda: source.channel_stats(TOPIC, "touched").timeout_count == 0, 4.0, "no timeout"
+        )
         destination.start()
         wait_until(lambda: source.drained(TOPIC, "touched"), 60, "the source drained")
     assert source.channel_stats(TOPIC, "touched").timeout_count == 0

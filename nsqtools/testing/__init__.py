@@ -31,6 +31,7 @@ from nsqtools.testing.cluster import (
     NsqProcess,
     NsqProcessError,
     TlsFiles,
+    holds_throughout,
     not_in_nsqd,
     wait_until,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "TlsFiles",
     "file_size_limit",
     "find_binary",
+    "holds_throughout",
     "imported_packages",
     "links_cross_filesystems",
     "not_in_nsqd",

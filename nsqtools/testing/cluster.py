@@ -41,6 +41,7 @@ from nsqtools.testing.lifetime import StartsAndStops
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.005
+FAULT_CHECK_INTERVAL = 0.1  # holds_throughout: its condition may ask nsqd over HTTP
 HTTP_TIMEOUT = 5.0
 # not_in_nsqd gives up once no message has come for this long.
 STALL_LIMIT = 30.0
@@ -77,6 +78,16 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(POLL_INTERVAL)
+
+
+def holds_throughout(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    """Check that a condition holds all through a fault that lasts `seconds` (a sleep
+    here is the fault's length, never a way to wait for something); fail naming `what`
+    the first time it does not."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        assert condition(), f"{what} stopped holding during the fault"
+        time.sleep(FAULT_CHECK_INTERVAL)
 
 
 def ask(call: Call[T], timeout: float = HTTP_TIMEOUT) -> T:
