@@ -53,6 +53,22 @@ def test_every_body_goes_to_every_nsqd(cluster2: Cluster) -> None:
         assert nsqd.read("fan", 5) == [b"m1", b"m2", b"m3", b"m4", b"m5"]
 
 
+def test_flags_may_follow_the_topic_and_body_as_with_nats_pub(nsqd: Nsqd) -> None:
+    address = nsqd.tcp_address
+    result = nsq_pub("after", "m{seq}", "--count", "2", f"-nsqd-tcp-address={address}")
+    assert result.returncode == 0, result.stderr
+    assert nsqd.read("after", 2) == [b"m1", b"m2"]
+    dashed = nsq_pub("after", "--nsqd-tcp-address", address, "--", "-5")
+    assert dashed.returncode == 0, dashed.stderr
+    assert nsqd.read("after", 1) == [b"-5"]  # after --, an argument whatever it looks like
+    assert nsqd.topic_depth("after") == 0
+    unknown = nsq_pub("after", "-5", f"--nsqd-tcp-address={address}")
+    assert (unknown.returncode, unknown.stderr) == (
+        2,
+        "nsq: error: flag provided but not defined: -5 (see -help)\n",
+    )
+
+
 def test_the_topic_alone_reads_stdin_as_to_nsq(nsqd: Nsqd) -> None:
     result = nsq_pub(f"--nsqd-tcp-address={nsqd.tcp_address}", "lines", input=b"a\nb\n")
     assert result.returncode == 0, result.stderr

@@ -35,6 +35,7 @@ EXIT_INTERRUPTED = 130
 F = TypeVar("F", bound=Callable[..., Any])
 
 _GO_FLAG = re.compile(r"--?([A-Za-z0-9][\w.-]*)(?:=(.*))?", re.DOTALL)
+HELP = ("h", "help")  # Go's help flags, -h and -help (and --help)
 _GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
@@ -66,9 +67,15 @@ def grouped_option(help_group: str, *param_decls: str, **attrs: Any) -> Callable
 class GoFlagsCommand(click.Command):
     """A click command that also accepts Go's flag syntax, replacing Go's `go_tool`."""
 
-    def __init__(self, *args: Any, go_tool: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, go_tool: str, flags_anywhere_as: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.go_tool = go_tool
+        # The name (under nsq) with which the command also takes its flags after its
+        # arguments, as other brokers' CLIs do (`nsq pub TOPIC BODY --count 5`); under
+        # its Go name, flags end at the first argument, as in Go.
+        self.flags_anywhere_as = flags_anywhere_as
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_help_text(ctx, formatter)
@@ -105,6 +112,8 @@ class GoFlagsCommand(click.Command):
     allow_extra_args = True
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.info_name == self.flags_anywhere_as and not ctx.resilient_parsing:
+            args = self._flags_first(args)
         converted = go_flags_to_click(self, args, ctx.resilient_parsing)
         if not ctx.resilient_parsing and "--" not in args:
             self._refuse_flags_among_arguments(converted)
@@ -116,6 +125,28 @@ class GoFlagsCommand(click.Command):
                 "word that is not a flag, as in Go\n"
             )
         return rest
+
+    def _flags_first(self, args: list[str]) -> list[str]:
+        """The command line with its flags moved before its arguments, then `--`: every
+        word that looks like a flag is one, with its value if it takes one; an argument
+        that starts with "-" goes after a `--`, which ends the flags."""
+        spellings = _option_spellings(self)
+        flags: list[str] = []
+        arguments: list[str] = []
+        words = iter(args)
+        for word in words:
+            if word == "--":
+                arguments += words
+                break
+            match = _GO_FLAG.fullmatch(word) if word.startswith("-") else None
+            if match is None:
+                arguments.append(word)
+                continue
+            flags.append(word)
+            option = spellings.get(match[1])
+            if option is not None and not option[0].is_flag and match[2] is None:
+                flags += islice(words, 1)  # its value, whatever it looks like
+        return [*flags, "--", *arguments]
 
     def _refuse_flags_among_arguments(self, converted: list[str]) -> None:
         """A flag of the command after its first argument (`to_nsq FILE -topic t`): Go
@@ -170,7 +201,7 @@ def go_flags_to_click(
             arguments = list(remaining) if arg == "--" else [arg, *remaining]
             return [*rewritten, *chain.from_iterable(booleans.values()), "--", *arguments]
         match = _GO_FLAG.fullmatch(arg)
-        if match is not None and match[1] in ("h", "help") and match[2] is None:
+        if match is not None and match[1] in HELP and match[2] is None:
             rewritten.append("--help")
             continue
         if match is None or match[1] not in spellings:

@@ -14,7 +14,8 @@ once, still with the count (every record without an answer counts as failed).
 
 `nsq pub` without --topic takes the topic as its first argument: `nsq pub TOPIC` reads
 stdin as to_nsq does, `nsq pub TOPIC BODY` publishes BODY --count times (default 1),
-its fields filled in each time ({seq}, {ts}, {id}: nsqtools.formats.BodyTemplate). With
+its fields filled in each time ({seq}, {ts}, {id}: nsqtools.formats.BodyTemplate); its
+flags may also follow TOPIC and BODY (GoFlagsCommand's flags_anywhere_as). With
 --topic, `nsq pub` is to_nsq exactly: its arguments are input files. to_nsq itself
 never takes a topic as an argument (a forgotten --topic stays an error, not a topic
 named after a file).
@@ -70,7 +71,13 @@ PUB = "pub"  # the name under nsq, which also takes TOPIC [BODY] as arguments
 INPUT_FILE = click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True, path_type=Path)
 
 
-@click.command(PUB, cls=GoFlagsCommand, go_tool=TOOL, context_settings=CONTEXT_SETTINGS)
+@click.command(
+    PUB,
+    cls=GoFlagsCommand,
+    go_tool=TOOL,
+    flags_anywhere_as=PUB,
+    context_settings=CONTEXT_SETTINGS,
+)
 @click.argument(
     "arguments",
     nargs=-1,
