@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from nsqtools.testing import Nsqd, our_tool
+from nsqtools.testing import Nsqd, holds_throughout, our_tool, running, wait_until
 from tests.conftest import Cluster
 from tests.test_cli_to_file import NAMING, archive_tree, bodies
 
@@ -60,6 +60,22 @@ def test_an_empty_channel_ends_quickly(nsqd: Nsqd) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == b""
     assert took < 10, f"{took:.1f}s"
+
+
+def test_a_frozen_nsqd_is_not_taken_for_an_empty_one(nsqd: Nsqd) -> None:
+    """nsqd frozen (SIGSTOP) once subscribed sends nothing, heartbeats included: however
+    quiet, the run does not end while it is frozen. Thawed, its channel is found empty
+    and the run ends by itself, exit 0."""
+    nsqd.create_channels("still", "quiet")
+    argv = [
+        *TAIL, f"--nsqd-tcp-address={nsqd.tcp_address}", "--topic=still", "--channel=quiet",
+        "--exit-at-end",
+    ]  # fmt: skip
+    with running(argv) as tool:
+        wait_until(lambda: nsqd.channel_stats("still", "quiet").client_count == 1, 30, "subscribed")
+        with nsqd.frozen():  # the fault: 3 s, three times the quiet that ends a run
+            holds_throughout(lambda: tool.process.poll() is None, 3.0, "the run")
+        wait_until(lambda: tool.process.poll() is not None, 30, "the end, once thawed")
 
 
 def test_n_or_the_end_whichever_comes_first(nsqd: Nsqd) -> None:

@@ -479,8 +479,9 @@ def dead_letter_options() -> Callable[[F], F]:
 EXIT_AT_END_HELP = (
     "Read what the channel holds, then exit 0: once every nsqd of every topic (through "
     "lookupd: each one listed) is subscribed, has had room for more and was sent nothing "
-    "for 1s. Deferred messages and those in flight to other consumers are not waited "
-    "for; an nsqd that cannot be reached ends the run with exit 1."
+    "for 1s but a heartbeat (asked of nsqd every 1s). Deferred messages and those in "
+    "flight to other consumers are not waited for; an nsqd that cannot be reached ends "
+    "the run with exit 1."
 )
 
 

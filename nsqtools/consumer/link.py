@@ -10,9 +10,10 @@ messages answered (for the backoff), when RDY may need to change, and a failure.
 
 A link also knows whether nsqd has nothing more to send it (found_empty): it had room
 (RDY above what it holds in flight: nsqd pushes whatever the channel has then, from
-memory or disk) for a quiet while and was sent nothing. Once found so it stays so
-until a message comes, even if its RDY is later taken away (a few RDY units rotating
-over many nsqds).
+memory or disk) for a quiet while, was sent nothing, and had a heartbeat meanwhile
+(nsqd's sending loop is alive: a frozen nsqd is not an empty one). Once found so it
+stays so until a message comes, even if its RDY is later taken away (a few RDY units
+rotating over many nsqds).
 
 The Youzan fork's messages are checked here before anything sees them: a message sent
 again at once with the same id and attempts (the fork's duplicate first delivery) is
@@ -82,6 +83,7 @@ class Link:
         self.last_message_at = trio.current_time()
         self.ready_set_at = 0.0  # when RDY was last set above 0 (go-nsq's LastRdyTime)
         self.room_since: float | None = None  # since when RDY is above in_flight
+        self.heartbeats_at_room = 0  # the connection's heartbeats when room_since was set
         self.found_empty_at: float | None = None  # when found_empty() last saw it quiet
         self.open_batches: set[ReceivedBatch] = set()
         self.ready_refresh_due = False  # the 25% rule: re-send RDY with the next answers
@@ -183,14 +185,25 @@ class Link:
             self.room_since = None
         elif self.room_since is None:
             self.room_since = trio.current_time()
+            self.heartbeats_at_room = self.conn.heartbeats if self.conn is not None else 0
 
     def found_empty(self, quiet: float, now: float) -> bool:
         """nsqd has nothing more for this link: it had room for `quiet` seconds and was
-        sent nothing meanwhile, now or at an earlier look, and nothing came since."""
+        sent nothing meanwhile, now or at an earlier look, and nothing came since. A
+        heartbeat must have come since the room began: nsqd's loop that sends messages
+        sends heartbeats too, so an nsqd that stalls (frozen, or too busy to send) is not
+        taken for an empty one."""
         room_since = self.room_since
-        if room_since is not None and now - max(room_since, self.last_message_at) >= quiet:
+        if (
+            room_since is not None
+            and now - max(room_since, self.last_message_at) >= quiet
+            and self._heartbeat_since_room()
+        ):
             self.found_empty_at = now
         return self.found_empty_at is not None and self.found_empty_at > self.last_message_at
+
+    def _heartbeat_since_room(self) -> bool:
+        return self.conn is not None and self.conn.heartbeats > self.heartbeats_at_room
 
     def on_messages(self, conn: Conn, received: MessageBatch) -> None:
         """The connection's message sink: runs in its reader task, never blocks."""

@@ -144,6 +144,9 @@ class Session(Generic[Request]):
         self._identify: IdentifyResponse | None = None
         self._owed: deque[Request] = deque()
         self._error: ProtocolError | None = None
+        # Heartbeats received once set up: nsqd sends them from the loop that sends the
+        # messages, so one that comes shows that loop alive (read to the end).
+        self.heartbeats = 0
 
     @property
     def phase(self) -> Phase:
@@ -301,6 +304,7 @@ class Session(Generic[Request]):
                     self._fail(RemoteProtocolError(f"{self.address} sent a message before any SUB"))
                 yield event
             elif type(event) is Heartbeat:
+                self.heartbeats += 1
                 self._outgoing.append(commands.NOP)
             elif type(event) is Response:
                 yield Answered(self._settle_oldest(event.data), event.data)

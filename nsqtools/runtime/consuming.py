@@ -20,8 +20,9 @@ the run with it.
 
 With exit_at_end, the run stops the same way once every consumer is at the end
 (Consumer.at_end: each nsqd there is has been ready for more and sent nothing for
-END_QUIET), and only once the topics to consume were found; if an nsqd there is to read
-cannot be reached, it stops too and ends with Unreachable.
+END_QUIET, with a heartbeat meanwhile: END_HEARTBEAT is asked of nsqd), and only once
+the topics to consume were found; if an nsqd there is to read cannot be reached, it
+stops too and ends with Unreachable.
 
 RunCounters keeps what the run did, and each topic's TopicProgress what it holds now:
 for status lines and the metrics (runtime.metrics), read when scraped.
@@ -74,6 +75,10 @@ DEFAULT_MSG_TIMEOUT = 60.0
 # (nsqd pushes what a channel holds, from memory or disk, as soon as there is room), and
 # how often the run looks.
 END_QUIET = 1.0
+# exit_at_end: the heartbeat_interval asked of nsqd (its shortest): a connection is at the
+# end only once a heartbeat came since it had room (Link.found_empty), so the end is
+# known about a second after it comes, and a stalled nsqd is never taken for an empty one.
+END_HEARTBEAT = 1.0
 END_LOOK_EVERY = 0.1
 
 
@@ -343,7 +348,10 @@ class _ConsumingRun:
     def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
         give_up = functools.partial(self._give_up, topic)
         options = replace(self.consumer_options, give_up=give_up)
-        return open_consumer(topic, self.settings.channel, self.settings.config, options)
+        config = self.settings.config
+        if self.settings.exit_at_end:
+            config = replace(config, heartbeat_interval=END_HEARTBEAT)
+        return open_consumer(topic, self.settings.channel, config, options)
 
     def _give_up(self, topic: str, exhausted: ReceivedBatch) -> None:
         """The consumer's give-up hook: messages past max_attempts become dead letters."""

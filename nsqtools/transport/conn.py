@@ -107,6 +107,11 @@ class Conn:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    @property
+    def heartbeats(self) -> int:
+        """How many heartbeats nsqd has sent since the set-up."""
+        return self._session.heartbeats
+
     def write(self, data: bytes) -> None:
         """Send bytes now if the socket takes them, else queue them for the writer task;
         never blocks. Raises if the connection closed (or can no longer be written)."""
