@@ -208,23 +208,50 @@ def test_every_message_through_a_driver_killed_and_restarted(nsqd: Nsqd, tmp_pat
     def written() -> set[bytes]:
         return set(out.read_bytes().splitlines()) if out.exists() else set()
 
-    with (tmp_path / "first.log").open("w") as log:
-        first = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
-    try:
+    with driver_process(argv, tmp_path / "first", nsqd) as first:
         wait_until(lambda: len(written()) >= 200, WAIT, "the first batches")
-    finally:
         first.kill()  # the driver alone: its JVM ends as its stdin closes
-        first.wait()
     assert written() != set(sent), "the query ended before it was killed"
-    wait_until(lambda: nsqd.channel_stats(TOPIC, "driver").in_flight_count == 0, WAIT, "back")
+    wait_until(lambda: not subscribed(nsqd, "driver"), WAIT, "its readers gone with it")
+    assert nsqd.channel_stats(TOPIC, "driver").in_flight_count == 0
     assert nsqd.channel_stats(TOPIC, "driver").timeout_count == 0, "back by a timeout, not REQ"
-    with (tmp_path / "again.log").open("w") as log:
-        again = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
-    try:
+    with driver_process(argv, tmp_path / "again", nsqd):
         wait_until(lambda: written() == set(sent), WAIT, "every message")
+
+
+@contextlib.contextmanager
+def driver_process(
+    argv: list[str], directory: Path, nsqd: Nsqd
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The driver, running once its readers are subscribed (a JVM's start on a busy
+    machine is no part of what a test waits for), ended at the block's end; on a failure
+    its output and Spark's log (kept in `directory`) are shown."""
+    directory.mkdir()
+    environment = {**os.environ, "TMPDIR": str(directory)}  # where the driver logs
+    with (directory / "output").open("w") as output:
+        process = subprocess.Popen(
+            argv, stdout=output, stderr=output, env=environment, start_new_session=True
+        )
+    try:
+        wait_until(
+            lambda: subscribed(nsqd, "driver") or process.poll() is not None, 3 * WAIT, "subscribed"
+        )
+        assert process.poll() is None, "the driver ended"
+        yield process
+    except BaseException:
+        for log in sorted(directory.iterdir()):
+            sys.stderr.write(f"--- {log}\n{log.read_text(errors='replace')[-4000:]}\n")
+        raise
     finally:
-        again.terminate()
-        again.wait(WAIT)
+        process.terminate()
+        process.wait(WAIT)
+
+
+def subscribed(nsqd: Nsqd, channel: str) -> bool:
+    try:
+        return bool(nsqd.channel_stats(TOPIC, channel).clients)
+    except KeyError:  # no such channel yet
+        return False
 
 
 def test_the_sink_through_a_destination_restart(
