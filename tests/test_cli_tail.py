@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from nsqtools.testing import Nsqd, TlsFiles, find_binary, our_tool, wait_until
+from nsqtools.testing import (
+    Nsqd,
+    TlsFiles,
+    find_binary,
+    imported_modules,
+    imported_packages,
+    our_tool,
+    wait_until,
+)
 from nsqtools.testing.junklookupd import JUNK_LOOKUPS, JunkLookupd
 from tests.conftest import AUTH_SECRETS, Cluster, LocalNsq
 
@@ -347,6 +355,22 @@ def test_a_negative_n_is_no_limit_as_in_go(nsqd: Nsqd) -> None:
     _, stderr = process.communicate(timeout=15)
     assert process.returncode == 0, stderr
     assert sorted(printed) == [b"%d\n" % index for index in range(5)]
+
+
+def test_a_plain_run_loads_no_producer_nor_http_client(nsqd: Nsqd) -> None:
+    """Start-up: what a run with --nsqd-tcp-address never uses is not imported (the
+    producer is for a dead-letter topic, httpx and rich for lookupd and a terminal)."""
+    nsqd.create_channels(TOPIC, "start")
+    nsqd.publish(TOPIC, b"one")
+    python, *code = TOOL
+    argv = [python, "-X", "importtime", *code, f"--nsqd-tcp-address={nsqd.tcp_address}"]
+    result = subprocess.run(
+        [*argv, f"--topic={TOPIC}", "--channel=start", "-n", "1"], capture_output=True, timeout=30
+    )
+    assert result.stdout == b"one\n"
+    imports = result.stderr.decode()
+    assert "nsqtools.producer" not in imported_modules(imports)
+    assert imported_packages(imports).isdisjoint({"httpx", "httpcore", "rich"})
 
 
 def test_version() -> None:

@@ -29,7 +29,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Self
+from typing import TYPE_CHECKING, BinaryIO, Self
 
 import trio
 
@@ -38,9 +38,11 @@ from nsqtools.config import ClientConfig
 from nsqtools.consumer import ReceivedBatch
 from nsqtools.durable import fsync_directory
 from nsqtools.errors import NsqError, describe_file_error
-from nsqtools.producer import Producer, open_producer
 from nsqtools.protocol import Message
 from nsqtools.runtime.sinks import SinkFailed
+
+if TYPE_CHECKING:  # the producer is loaded only when a dead-letter topic is used
+    from nsqtools.producer import Producer
 
 log = logging.getLogger("nsqtools.runtime")
 
@@ -214,6 +216,8 @@ class DeadLetters:
             for address, bodies in by_nsqd.items():
                 producer = self._producers.get(address)
                 if producer is None:
+                    from nsqtools.producer import open_producer  # a start-up cost otherwise
+
                     producer = await producers.enter_async_context(
                         open_producer([address], self.config)
                     )

@@ -85,14 +85,19 @@ def our_tool(program: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def imported_packages(importtime_output: str) -> set[str]:
-    """The top-level packages a program run with `python -X importtime` imported, from
-    what it wrote on stderr."""
+def imported_modules(importtime_output: str) -> set[str]:
+    """The modules a program run with `python -X importtime` imported, from what it
+    wrote on stderr."""
     return {
-        line.rsplit("|", 1)[1].strip().split(".")[0]
+        line.rsplit("|", 1)[1].strip()
         for line in importtime_output.splitlines()
         if line.startswith("import time:")
     }
+
+
+def imported_packages(importtime_output: str) -> set[str]:
+    """The top-level packages of imported_modules()."""
+    return {name.split(".")[0] for name in imported_modules(importtime_output)}
 
 
 class RunningTool:
