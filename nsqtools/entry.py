@@ -10,6 +10,7 @@
   Python's defaults: the first signal interrupts it;
 - ends quietly with exit 0 once stdout's reader has gone (`nsq topics | head -1`),
   whatever was writing (nsqtools.runtime.closedstdout);
+- leaves OpenSSL unloaded until a run uses it (nsqtools.runtime.deferred_imports);
 
 then hands over to its command module.
 
@@ -54,6 +55,9 @@ class EntryPoint:
             catch_stop_signals()
         import importlib
 
+        from nsqtools.runtime.deferred_imports import defer_openssl
+
+        defer_openssl()
         importlib.import_module(self.module).main()
 
     def watches_signals(self, args: list[str]) -> bool:

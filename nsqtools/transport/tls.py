@@ -7,12 +7,9 @@ import ssl
 
 from nsqtools.errors import TlsError
 
-MIN_VERSIONS = {
-    "tls1.0": ssl.TLSVersion.TLSv1,
-    "tls1.1": ssl.TLSVersion.TLSv1_1,
-    "tls1.2": ssl.TLSVersion.TLSv1_2,
-    "tls1.3": ssl.TLSVersion.TLSv1_3,
-}
+# ssl.TLSVersion's names (read when a context is made: importing this module reads
+# nothing from ssl, which loads OpenSSL; nsqtools.runtime.deferred_imports).
+MIN_VERSIONS = {"tls1.0": "TLSv1", "tls1.1": "TLSv1_1", "tls1.2": "TLSv1_2", "tls1.3": "TLSv1_3"}
 
 
 def client_context(
@@ -40,10 +37,11 @@ def client_context(
     if min_version:
         if min_version not in MIN_VERSIONS:
             raise TlsError(f"unknown TLS minimum version {min_version!r}")
+        minimum = ssl.TLSVersion[MIN_VERSIONS[min_version]]
         # OpenSSL's default security level refuses TLS < 1.2; honour an explicit request.
-        if MIN_VERSIONS[min_version] < ssl.TLSVersion.TLSv1_2:
+        if minimum < ssl.TLSVersion.TLSv1_2:
             context.set_ciphers("DEFAULT:@SECLEVEL=0")
-        context.minimum_version = MIN_VERSIONS[min_version]
+        context.minimum_version = minimum
     return context
 
 
