@@ -39,6 +39,7 @@ from nsqtools.errors import NsqError, single_errors
 from nsqtools.flow import TokenBucket
 from nsqtools.producer import Producer, open_producer
 from nsqtools.protocol import ProtocolError, commands
+from nsqtools.runtime.startup import GC_THRESHOLDS
 
 PROGRESS_INTERVAL = 0.1
 USER_AGENT = f"nsq_bench/{__version__} nsqtools/{__version__}"
@@ -279,10 +280,10 @@ async def serve() -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # As the commands do (front.tune_gc_for_throughput): consumers make a few objects
-    # per message, and the default collector would run every 700 of them.
+    # As the console scripts do (nsqtools.runtime.startup, front.run_event_loop): consumers make a
+    # few objects per message, and the default collector would run every 700 of them.
     gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    gc.set_threshold(*GC_THRESHOLDS)
     trio.run(serve)
 
 

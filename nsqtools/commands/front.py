@@ -279,25 +279,14 @@ def version_option(tool: str, go_has_it: bool = True) -> Callable[[F], F]:
 
 def run_event_loop(main: Callable[..., Awaitable[None]], *args: Any) -> None:
     """Run a command's async main on trio, once its flags are checked: trio is imported
-    only now (`--help` and a failed check do without it), then the collector is tuned."""
-    import trio
-
-    tune_gc_for_throughput()
-    trio.run(main, *args)
-
-
-def tune_gc_for_throughput() -> None:
-    """Call once the imports are done, before the event loop starts.
-
-    A consumer makes a few objects per message, hundreds of thousands a second; the
-    default collector then runs a young-generation pass every 700 of them. Messages in
-    memory are bounded by RDY, so collecting far less often costs little memory; and
-    what start-up made is frozen out of every later pass.
-    """
+    only now (`--help` and a failed check do without it). What start-up made is frozen
+    out of the collector's passes (its thresholds are nsqtools.runtime.startup's GC_THRESHOLDS)."""
     import gc
 
+    import trio
+
     gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    trio.run(main, *args)
 
 
 def debug_requested(argv: Sequence[str]) -> bool:

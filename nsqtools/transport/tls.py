@@ -8,7 +8,7 @@ import ssl
 from nsqtools.errors import TlsError
 
 # ssl.TLSVersion's names (read when a context is made: importing this module reads
-# nothing from ssl, which loads OpenSSL; nsqtools.runtime.deferred_imports).
+# nothing from ssl, which loads OpenSSL; nsqtools.runtime.startup).
 MIN_VERSIONS = {"tls1.0": "TLSv1", "tls1.1": "TLSv1_1", "tls1.2": "TLSv1_2", "tls1.3": "TLSv1_3"}
 
 

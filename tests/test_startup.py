@@ -1,4 +1,4 @@
-"""OpenSSL left unloaded until used (nsqtools.runtime.deferred_imports): each case in an
+"""OpenSSL left unloaded until used (nsqtools.runtime.startup): each case in an
 interpreter of its own, as a console script starts."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from nsqtools.testing.binaries import PACKAGE_ROOT
 
 PREAMBLE = (
     f"import sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r})\n"
-    "from nsqtools.runtime.deferred_imports import defer_openssl\n"
+    "from nsqtools.runtime.startup import defer_openssl\n"
     "defer_openssl()\n"
     "import trio, ssl, hmac\n"
     "assert '_ssl' not in sys.modules and '_hashlib' not in sys.modules\n"
