@@ -358,8 +358,12 @@ async def test_a_sink_settles_each_message_its_own_way(nsqd: Nsqd, tmp_path: Pat
 
 
 def deferred_and_in_flight(nsqd: Nsqd) -> tuple[int, int, int]:
-    """(depth, in flight, deferred) of the test channel."""
-    stats = nsqd.channel_stats(TOPIC, CHANNEL)
+    """(depth, in flight, deferred) of the test channel; (-1, -1, -1) until it exists
+    (nsqd's /stats leaves out a topic whose asked channel has no subscriber yet)."""
+    try:
+        stats = nsqd.channel_stats(TOPIC, CHANNEL)
+    except KeyError:
+        return -1, -1, -1
     return stats.depth, stats.in_flight_count, stats.deferred_count
 
 
