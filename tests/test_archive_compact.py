@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow
+import pyarrow.parquet
 import pytest
 
 from nsqtools import formats
@@ -73,6 +75,26 @@ def test_copies_of_a_message_are_kept_once_the_first_delivery(
         "topic=orders/date=2026-11-23/hour=1": 2,
         "topic=orders/date=2026-11-23/hour=2": 1,
     }
+
+
+def test_equal_copies_keep_the_first_file_by_name_with_its_host(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    """Copies with as many attempts: the row of the first file by name stays, with that
+    file's host and name (the job carries a file's rank through its sort, and its name
+    and host after); timestamps are written as INT64 microseconds."""
+    # Listed in the opposite order of their names: the rank is the name's, not the listing's.
+    later = envelopes(tmp_path / "orders.b-host-000000.2026-11-23_00.log.gz", [message(0)])
+    first = envelopes(tmp_path / "orders.a-host-000000.2026-11-23_00.log.gz", [message(0)])
+    out = tmp_path / "out"
+    args = ("compact", str(later), str(first), "--out", str(out), "--json")
+    result = summary(nsq_archive(*args))
+    assert (result["rows_read"], result["duplicates"], result["rows_written"]) == (2, 1, 1)
+    (row,) = written_rows(spark, out)
+    assert (row.file, row.host) == (str(first), "a-host")
+    (written,) = out.glob("topic=orders/date=2026-11-23/hour=0/*.parquet")
+    timestamp = pyarrow.parquet.ParquetFile(written).schema_arrow.field("timestamp")
+    assert timestamp.type == pyarrow.timestamp("us", tz="UTC")
 
 
 def test_the_same_input_twice_gives_the_same_rows(

@@ -7,7 +7,9 @@ name): the same input always gives the same rows. Raw rows have no id and all st
 
 One shuffle and one sort do it all: rows are distributed by partition (topic, date,
 hour), which the deduplication's key includes, sorted by that key within each task, and
-each output partition is then written by one task. The counts come from Spark's
+each output partition is then written by one task. Through the shuffle and the sort a
+row carries its file's rank (an int), not the file's name and host: they join the rows
+just before the write. The counts come from Spark's
 observed metrics, gathered while the job runs.
 
 Before anything is published, the rows each write left where the driver can read them
@@ -28,12 +30,21 @@ from pyspark.sql import types as T
 
 from nsqtools.errors import NsqError
 from nsqtools.spark import commit
-from nsqtools.spark.messages import message_schema
+from nsqtools.spark.messages import (
+    ArchiveFile,
+    message_schema,
+    read_indexed_messages,
+    with_file_columns,
+)
 from nsqtools.spark.storage import Storage, joined, shown, to_read
 
 PARTITION_COLUMNS = ("topic", "date", "hour")
 _COMMITTER_VERSION = "mapreduce.fileoutputcommitter.algorithm.version"
 _SUCCESS_MARKER = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
+# Columns of values (nearly) all distinct: a dictionary per column is built for nothing,
+# each value hashed, until Parquet gives up on it (measured with the timestamps as
+# INT64, session.py: the write stage of 2M envelopes 19.8 -> 16.8 s on 2 cores).
+_NO_DICTIONARY = ("id", "timestamp", "timestamp_ns", "body")
 # The message's key, and the partition it is in (a function of its timestamp): the rows
 # are distributed by partition already, so the grouping needs no shuffle of its own.
 _KEY = (*PARTITION_COLUMNS, "id", "timestamp_ns")
@@ -60,24 +71,28 @@ class Compacted:
 
 
 def compact(
-    spark: SparkSession, store: Storage, messages: DataFrame, out: str, sources: Sequence[str]
+    spark: SparkSession, store: Storage, files: Sequence[ArchiveFile], out: str
 ) -> Compacted:
-    """Write messages (nsqtools.spark.messages, read from the files `sources`) under out
-    (a URI, nsqtools.spark.storage); each partition is published whole (commit.py).
+    """Write the files' messages (nsqtools.spark.messages) under out (a URI,
+    nsqtools.spark.storage); each partition is published whole (commit.py).
 
     Where a partition exists in out already, its rows from other files stay (copies of
     a message across both deduplicated as any): compacting an hour's archives in two
     runs gives what one run would. Rows from the files compacted again are replaced.
     """
     read, kept = Observation("read"), Observation("kept")
-    observed = messages.observe(
+    # Host and file (the same for all of a file's rows) join the rows after the shuffle
+    # and the sort, a file's rank standing for them until then (measured on 2M
+    # envelopes, 2 cores: the write stage 16.8 -> 14.8 s, the job 35.4 -> 31.5 s).
+    observed = read_indexed_messages(spark, files).observe(
         read,
         F.count(F.lit(1)).alias("rows"),
         F.count_if("malformed").alias("malformed"),
         F.count_if(~F.col("malformed") & F.col("id").isNotNull()).alias("envelopes"),
     )
     rows = _partitioned(observed.where(~F.col("malformed")).drop("malformed"))
-    unique = _deduplicated(rows).observe(kept, *_counts())
+    unique = with_file_columns(spark, files, _deduplicated(rows, "file_index"))
+    unique = unique.observe(kept, *_counts())
     with commit.staging_directory(store, out) as staging:
         new, merged = joined(staging, "new"), joined(staging, "merged")
         _staged(unique).parquet(new)
@@ -85,6 +100,7 @@ def compact(
         both = [name for name in partitions if store.is_directory(joined(out, name))]
         merged_copies = 0
         if both:  # merged holds them now, with their new counts
+            sources = [file.report.path for file in files]
             merged_partitions, merged_copies = _merge(
                 spark, store, (new, out, merged), both, sources
             )
@@ -127,7 +143,7 @@ def _merge(
     fresh = read_compacted(spark, new, both)
     union = kept_rows.unionByName(fresh).select(*fresh.columns).repartition(*PARTITION_COLUMNS)
     before, after = Observation("before"), Observation("after")
-    unique = _deduplicated(union.observe(before, *_counts()))
+    unique = _deduplicated(union.observe(before, *_counts()), "file")
     _staged(unique.observe(after, *_counts())).parquet(merged)
     partitions = _checked_rows(store, merged, after.get["rows"], out)
     for name in both:
@@ -141,6 +157,9 @@ def _staged(rows: DataFrame) -> DataFrameWriter:
     the job writes (Hadoop's output committer v2): publishing is commit.py's, and a
     second rename per file (v1's job commit) is one more copy per object on S3."""
     writer = rows.write.option(_COMMITTER_VERSION, "2").option(_SUCCESS_MARKER, "false")
+    writer = writer.options(
+        **{f"parquet.enable.dictionary#{name}": "false" for name in _NO_DICTIONARY}
+    )
     return writer.partitionBy(*PARTITION_COLUMNS)
 
 
@@ -163,16 +182,17 @@ def _partitioned(rows: DataFrame) -> DataFrame:
     return with_partition_columns(rows).repartition(*PARTITION_COLUMNS)
 
 
-def _deduplicated(rows: DataFrame) -> DataFrame:
-    """Envelope rows once per key (the fewest attempts, then the first file); raw rows
-    as they are (each its own group, by a key of its own).
+def _deduplicated(rows: DataFrame, file_order: str) -> DataFrame:
+    """Envelope rows once per key (the fewest attempts, then the first file, by the
+    column `file_order`: the file's name, or its rank by name); raw rows as they are
+    (each its own group, by a key of its own).
 
     A window, not an aggregation: its sort (partition columns first) is the one the
     partitioned write needs anyway, and rows stream through it instead of filling a hash
     table with whole messages.
     """
     own_key = F.when(F.col("id").isNull(), F.monotonically_increasing_id())
-    copies = Window.partitionBy(*_KEY, own_key).orderBy("attempts", "file")
+    copies = Window.partitionBy(*_KEY, own_key).orderBy("attempts", file_order)
     ranked = rows.withColumn("copy", F.row_number().over(copies))
     return ranked.where(F.col("copy") == 1).drop("copy")
 

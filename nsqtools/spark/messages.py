@@ -65,12 +65,27 @@ HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 _LINES_SCHEMA = "file_uri string, value binary"
 _LINES_ARROW_SCHEMA = pyarrow.schema([("file_uri", pyarrow.string()), ("value", pyarrow.binary())])
 _LINES_PER_BATCH = 10_000
+# The small tables read_indexed_messages and with_file_columns join (broadcast).
+_BY_URI_SCHEMA = T.StructType(
+    [
+        T.StructField("file_uri", T.StringType()),
+        T.StructField("file_index", T.IntegerType()),
+        T.StructField("name_topic", T.StringType()),
+        T.StructField("name_time", T.TimestampType()),
+    ]
+)
+_BY_INDEX_SCHEMA = T.StructType(
+    [
+        T.StructField("file_index", T.IntegerType()),
+        T.StructField("host", T.StringType()),
+        T.StructField("file", T.StringType()),
+    ]
+)
 _REPORT_FIELDS = ("size", "gzip", "format", "lines", "content_bytes", "damage")
 _REPORT_SCHEMA = (
     "uri string, size bigint, gzip boolean, format string, lines bigint, "
     "content_bytes bigint, damage string"
 )
-_FILES_SCHEMA = "file_uri string, file string, name_topic string, host string, name_time timestamp"
 
 
 @dataclass(frozen=True)
@@ -230,21 +245,67 @@ def _scan_batches(format: Format | None, batches: Iterable[Any]) -> Iterator[Any
 
 def read_messages(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
     """Every whole line of the files as a message row (MESSAGE_COLUMNS and malformed)."""
+    return with_file_columns(spark, files, read_indexed_messages(spark, files))
+
+
+def read_indexed_messages(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
+    """read_messages' rows with `file_index` (the file's rank by its name, an int) in place
+    of host and file: narrow rows for a job that shuffles and sorts them, which adds the
+    two back (with_file_columns) once it is done with them."""
     parts = [
         reader(spark, chosen)
         for reader, form in ((_envelopes, "json"), (_raw_bodies, "raw"))
         if (chosen := [file for file in files if file.report.format == form])
     ]
     if not parts:
-        return spark.createDataFrame([], message_schema())
+        return spark.createDataFrame([], _INDEXED_SCHEMA)
     lines = functools.reduce(DataFrame.unionByName, parts)
-    table = F.broadcast(_files_table(spark, files))
-    joined = lines.join(table, "file_uri")
+    ranks = _ranks_by_name(files)
+    rows = [(file.uri, ranks[file.uri], file.topic, file.when) for file in files]
+    table = F.broadcast(_literal_table(spark, _BY_URI_SCHEMA, rows))
     from_names = {
         "topic": F.coalesce("topic", "name_topic").alias("topic"),
         "timestamp": F.coalesce("timestamp", "name_time").alias("timestamp"),
     }
-    return joined.select(*(from_names.get(name, name) for name in MESSAGE_COLUMNS), "malformed")
+    joined = lines.join(table, "file_uri")
+    return joined.select(*(from_names.get(name, name) for name in _INDEXED_SCHEMA.fieldNames()))
+
+
+def with_file_columns(
+    spark: SparkSession, files: Sequence[ArchiveFile], rows: DataFrame
+) -> DataFrame:
+    """Rows of read_indexed_messages (or made from them) with host and file in place of
+    file_index: MESSAGE_COLUMNS first, then the rows' other columns in their order."""
+    ranks = _ranks_by_name(files)
+    names = [(ranks[file.uri], file.host, file.report.path) for file in files]
+    table = F.broadcast(_literal_table(spark, _BY_INDEX_SCHEMA, names))
+    rest = [name for name in rows.columns if name not in (*MESSAGE_COLUMNS, "file_index")]
+    return rows.join(table, "file_index").select(*MESSAGE_COLUMNS, *rest)
+
+
+def _ranks_by_name(files: Sequence[ArchiveFile]) -> dict[str, int]:
+    """Each file's rank by the name it is shown by: file_index orders files as names do."""
+    ordered = sorted(files, key=lambda file: (file.report.path, file.uri))
+    return {file.uri: rank for rank, file in enumerate(ordered)}
+
+
+def _literal_table(
+    spark: SparkSession, schema: T.StructType, rows: list[tuple[Any, ...]]
+) -> DataFrame:
+    """A small table held in the plan as literals: no Python task makes it (a table
+    from Python rows is a job of its own, Python workers and all)."""
+    if not rows:
+        return spark.createDataFrame([], schema)
+    structs = [
+        F.struct(
+            *(
+                F.lit(value).cast(field.dataType).alias(field.name)
+                for value, field in zip(row, schema.fields, strict=True)
+            )
+        )
+        for row in rows
+    ]
+    return spark.range(1).select(F.inline(F.array(*structs)))
 
 
 def message_schema(with_malformed: bool = True) -> T.StructType:
@@ -266,9 +327,11 @@ def message_schema(with_malformed: bool = True) -> T.StructType:
     return T.StructType([T.StructField(name, kind) for name, kind in fields.items()])
 
 
-def _files_table(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
-    rows = [(file.uri, file.report.path, file.topic, file.host, file.when) for file in files]
-    return spark.createDataFrame(rows, _FILES_SCHEMA)
+# read_indexed_messages' rows: message_schema's, with file_index for host and file.
+_INDEXED_SCHEMA = T.StructType(
+    [field for field in message_schema().fields if field.name not in ("host", "file", "malformed")]
+    + [T.StructField("file_index", T.IntegerType()), T.StructField("malformed", T.BooleanType())]
+)
 
 
 def _envelopes(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:

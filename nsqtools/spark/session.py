@@ -8,13 +8,14 @@ environment variable; a URL sc://host:port names a Spark Connect server. Without
 
 A classic session gets the --conf pairs, and defaults that suit a command-line job: no
 web UI and no console progress bar (the command shows its own), UTC as the session's
-time zone (partitions by date and hour are UTC's), Python workers on this interpreter,
+time zone (partitions by date and hour are UTC's), Parquet timestamps as INT64
+microseconds (not the deprecated INT96), Python workers on this interpreter,
 the parallel collector, and a class-data archive (classdata.py) for a quicker start.
 Spark's own logs are quiet: its JVM writes them to a log file unless the user asks to
-see them. A Connect session gets the time zone and the --conf pairs as runtime settings
-(the server refuses the others, in one line), but spark.jars* and spark.driver.*, which
-are for the JVM this process starts to reach the files (nsqtools.spark.storage); its
-server's JVM is not ours to set up.
+see them. A Connect session gets the time zone, the Parquet timestamps and the --conf
+pairs as runtime settings (the server refuses the others, in one line), but spark.jars*
+and spark.driver.*, which are for the JVM this process starts to reach the files
+(nsqtools.spark.storage); its server's JVM is not ours to set up.
 """
 
 from __future__ import annotations
@@ -62,11 +63,16 @@ _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # What a JVM and Spark's launcher say on every start, failed or not.
 _JVM_CHATTER = ("WARNING: Using incubator modules", "Using Spark's default log4j profile")
 _PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j")
+# Parquet's timestamps as INT64 microseconds, the type every reader knows, instead of the
+# deprecated INT96 (12 bytes each, and slower to write): classic and Connect sessions.
+_PARQUET_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
+_MICROSECONDS = "TIMESTAMP_MICROS"
 # Defaults a --conf of the same key replaces.
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     _TIME_ZONE: "UTC",
+    _PARQUET_TIMESTAMPS: _MICROSECONDS,
     # The parallel collector: a batch job's throughput, not G1's pause times (measured:
     # compact of 2M envelopes 16.7 s against 18.5 s on 2 cores).
     _JAVA_OPTIONS: (f"-Dlog4j2.configurationFile={_LOG4J_CONFIG.as_uri()} -XX:+UseParallelGC"),
@@ -201,7 +207,7 @@ def _connect(url: str, conf: Mapping[str, str]) -> SparkSession:
     finally:
         client.set_retry_policies(patient)
     try:
-        for key, value in conf.items():
+        for key, value in {_PARQUET_TIMESTAMPS: _MICROSECONDS, **conf}.items():
             if not key.startswith(_THIS_JVMS_KEYS):
                 session.conf.set(key, value)
     except PySparkException:

@@ -71,13 +71,11 @@ def _compact(
     spark: SparkSession, files: list[ArchiveFile], out: str, conf: tuple[str, ...]
 ) -> Scanned[Compacted]:
     from nsqtools.spark.compact import compact
-    from nsqtools.spark.messages import read_messages
     from nsqtools.spark.session import parse_conf
     from nsqtools.spark.storage import Storage
 
     store = Storage.of(spark, parse_conf(conf))
-    sources = [file.report.path for file in files]
-    return Scanned(files, compact(spark, store, read_messages(spark, files), out, sources))
+    return Scanned(files, compact(spark, store, files, out))
 
 
 def _raw_files(files: list[ArchiveFile]) -> int:
