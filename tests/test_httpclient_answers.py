@@ -88,7 +88,7 @@ async def connection_reads(parts: Sequence[bytes]) -> Outcome:
     except h11.RemoteProtocolError as error:
         return f"bad answer: {error}"
     reusable = connection.reusable(REQUEST)
-    return Answer(response.status, response.headers, response.body, reusable)
+    return Answer(response.status, list(response.headers), response.body, reusable)
 
 
 OK = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Length: 3\r\n\r\nok\n"
@@ -257,7 +257,7 @@ def fast_path_reads(answer: bytes) -> Outcome | None:
     body = answer[head.size : end]
     if len(body) < head.content_length:
         return None  # h11 says what is wrong with it
-    return Answer(head.status, head.headers, body, head.keep_alive and len(answer) == end)
+    return Answer(head.status, list(head.headers), body, head.keep_alive and len(answer) == end)
 
 
 @pytest.mark.slow

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ssl
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from typing import NamedTuple
 
@@ -70,7 +71,7 @@ class HttpResponse(NamedTuple):
     """An answer, read to its end."""
 
     status: int
-    headers: list[tuple[bytes, bytes]]  # names in lower case, as h11 gives them
+    headers: Sequence[tuple[bytes, bytes]]  # names in lower case, as h11 gives them
     body: bytes  # its first KEPT_BODY_BYTES: the rest was read and dropped
 
     def header(self, name: str) -> str | None:
