@@ -9,8 +9,8 @@ One shuffle and one sort do it all: rows are distributed by partition (topic, da
 hour), which the deduplication's key includes, sorted by that key within each task, and
 each output partition is then written by one task. Through the shuffle and the sort a
 row carries its file's rank (an int), not the file's name and host: they join the rows
-just before the write. The counts come from Spark's
-observed metrics, gathered while the job runs.
+just before the write. The counts come from Spark's observed metrics, gathered while
+the job runs.
 
 Before anything is published, the rows each write left where the driver can read them
 (the Parquet footers, read here) are checked against the rows its tasks wrote (the
