@@ -161,6 +161,41 @@ async def test_no_answer_within_the_request_timeout(
     assert server.connections == 2
 
 
+async def test_no_answer_over_tls_within_the_request_timeout(
+    tls_files: TlsFiles, release: threading.Event
+) -> None:
+    """The pool's watch closes the socket under the TLS stream: the exchange fails as a
+    plain one does, and the next request has a new connection."""
+    with WebServer(tls=tls_files) as server:
+        server.script(Answer(hold=release))
+        trusted = ssl.create_default_context(cafile=str(tls_files.ca))
+        async with ConnectionPool(request_timeout=0.3, ssl_context=trusted) as pool:
+            assert await failure(pool, server) == "no complete answer within 300ms"
+            release.set()
+            assert (await post(pool, server)).status == 200
+    assert server.connections == 2
+
+
+async def test_the_request_timeout_covers_waiting_for_a_connection(
+    server: WebServer, release: threading.Event
+) -> None:
+    server.script(Answer(hold=release))
+    async with ConnectionPool(max_connections_per_origin=1) as pool, trio.open_nursery() as tasks:
+        tasks.start_soon(post, pool, server)  # holds the only connection
+        await trio.to_thread.run_sync(server.wait_for_requests, 1)
+        waiting = ConnectionPool(request_timeout=0.3, max_connections_per_origin=1)
+        waiting._origins = pool._origins  # the same connections, a shorter timeout
+        async with waiting:
+            assert await failure(waiting, server) == "no complete answer within 300ms"
+        release.set()
+    assert (len(server.received), server.connections) == (1, 1)
+
+
+async def test_a_pool_sends_only_inside_async_with(server: WebServer) -> None:
+    with pytest.raises(RuntimeError, match="inside `async with`"):
+        await post(ConnectionPool(), server)
+
+
 async def test_reset_instead_of_an_answer(server: WebServer) -> None:
     server.script(Answer(reset=True))
     async with ConnectionPool() as pool:

@@ -139,6 +139,7 @@ class HttpRelay:
         self._nursery_manager = trio.open_nursery()
 
     async def __aenter__(self) -> Self:
+        await self._pool.__aenter__()  # its watch first: the senders' requests need it
         nursery = await self._nursery_manager.__aenter__()
         nursery.start_soon(self._serve)
         return self
@@ -153,7 +154,7 @@ class HttpRelay:
         try:
             await self._nursery_manager.__aexit__(exc_type, exc, traceback)
         finally:
-            await self._pool.aclose()
+            await self._pool.__aexit__(None, None, None)
 
     # -- the runtime's side ------------------------------------------------------------
 
