@@ -143,7 +143,7 @@ def bench_http(source: Nsqd, client: httpx.Client, args: argparse.Namespace, scr
             "http", source, client, count, args.runs, scratch, lambda *_: [f"--post={url}"],
             lambda *_: None,
         )  # fmt: skip
-    summarise("http", count, rates, target=1.2)
+    summarise("http", count, rates, target=1.3)
 
 
 def summarise(kind: str, count: int, rates: dict[str, list[float]], target: float) -> None:
