@@ -26,7 +26,7 @@ import trio
 
 from nsqtools.archive.inprogress import MARKERS
 from nsqtools.archive.placing import PARTIAL_PREFIX
-from nsqtools.httpapi.nsqd import ChannelStats
+from nsqtools.httpapi.nsqd import ChannelStats, ClientStats
 from nsqtools.testing import (
     LinkProxy,
     Nsqd,
@@ -187,10 +187,15 @@ def held(nsqd: Nsqd) -> bool:
     return stats is not None and stats.in_flight_count == 1
 
 
+def clients(nsqd: Nsqd) -> list[ClientStats]:
+    """The consumers on the test channel now."""
+    stats = channel(nsqd)
+    return [] if stats is None else list(stats.clients)
+
+
 def finished_by_clients(nsqd: Nsqd) -> int:
     """Messages FIN'd by the consumers connected now (a killed run's are gone)."""
-    stats = channel(nsqd)
-    return 0 if stats is None else sum(client.finish_count for client in stats.clients)
+    return sum(client.finish_count for client in clients(nsqd))
 
 
 def assert_in_nsqd(nsqd: Nsqd, wanted: set[bytes]) -> None:
@@ -671,31 +676,34 @@ def test_a_reconnect_keeps_the_rate_up(
         stats = channel(nsqd)
         return -1 if stats is None else stats.in_flight_count
 
-    with (
-        LinkProxy(nsqd.tcp_address) as proxy,
+    with LinkProxy(nsqd.tcp_address) as proxy:
         # The idle nsqd first: connected before the other, it halves the other's RDY.
-        running(
+        # The proxy holds the other's connection until then: the two connect at once,
+        # and the proxied one, first under load, took all 15 on RDY 20 (seen in CI).
+        proxy.pause()
+        with running(
             nsqd,
             tmp_path / "run.stderr",
             f"--nsqd-tcp-address={proxy.address}",
             *options,
             address=idle.tcp_address,
-        ) as run,
-    ):
-        # RDY 10 each: FIN'd at each starvation, the last few held, unsynced.
-        wait_until(
-            lambda: 0 < in_flight() < 8 and finished_by_clients(nsqd) + in_flight() == 15,
-            DEADLINE,
-            "the first messages archived but a few held",
-        )
-        held = in_flight()
-        if fault == "cut link":
-            proxy.cut()
-        else:
-            nsqd.restart()
-        nsqd.publish_many(TOPIC, then)
-        wait_until(lambda: finished_by_clients(nsqd) >= 30, DEADLINE, "30 more FIN'd")
-        assert run.stop() == 0, run.stderr
+        ) as run:
+            wait_until(lambda: len(clients(idle)) == 1, DEADLINE, "the run on the idle nsqd")
+            proxy.resume()
+            # RDY 10 each: FIN'd at each starvation, the last few held, unsynced.
+            wait_until(
+                lambda: 0 < in_flight() < 8 and finished_by_clients(nsqd) + in_flight() == 15,
+                DEADLINE,
+                "the first messages archived but a few held",
+            )
+            held = in_flight()
+            if fault == "cut link":
+                proxy.cut()
+            else:
+                nsqd.restart()
+            nsqd.publish_many(TOPIC, then)
+            wait_until(lambda: finished_by_clients(nsqd) >= 30, DEADLINE, "30 more FIN'd")
+            assert run.stop() == 0, run.stderr
     archived = archived_lines(out)
     assert len(archived) - len(set(archived)) <= held  # at most those held, given again
     assert_in_nsqd(nsqd, set(first + then) - set(archived))
