@@ -69,6 +69,26 @@ def test_stats_per_topic_and_hour_with_the_damaged_files(
     assert readable == 5 + damaged["orders.h-000002.2026-11-23_05.log.gz"]["lines"] + 1
 
 
+def test_stats_counts_the_lines_that_are_no_envelope_by_file(
+    tmp_path: Path, nsq_archive: Archive
+) -> None:
+    """Apart from the hours' messages, in the same pass; --strict fails on them."""
+    source = tmp_path / "src"
+    source.mkdir()
+    first, second = (formats.json_lines([message(n)], ORIGIN) for n in (0, 1))
+    (source / "orders.h-000000.2026-11-23_00.log").write_bytes(first + b"junk\n{}\n" + second)
+    envelopes(source / "orders.h-000001.2026-11-23_01.log.gz", [message(2)])
+    result = summary(nsq_archive("stats", str(source), "--json"))
+    assert {Path(file).name: count for file, count in result["malformed"].items()} == {
+        "orders.h-000000.2026-11-23_00.log": 2
+    }
+    assert sum(hour["messages"] for hour in result["hours"]) == 3
+    assert [hour["topic"] for hour in result["hours"]] == ["orders"] * len(result["hours"])
+    strict = nsq_archive("stats", str(source), "--strict")
+    assert strict.exit_code == 1
+    assert "0 damaged files, 2 lines that are no envelope" in strict.stderr
+
+
 def test_stats_tables_and_strict(tmp_path: Path, nsq_archive: Archive) -> None:
     source = archives(tmp_path / "src")
     run = nsq_archive("stats", str(source))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -34,11 +35,13 @@ class ArchiveStats:
 
 
 def archive_stats(messages: DataFrame) -> ArchiveStats:
+    """One aggregation, so one scan: the messages grouped by hour, and the lines that are
+    no envelope by file (their own groups, set apart here). The groups are few, so they
+    are sorted here, not by a sort in Spark (a job more)."""
     rows = with_partition_columns(messages)
     envelope = F.col("id").isNotNull() & ~F.col("malformed")
-    per_hour = (
-        rows.where(~F.col("malformed"))
-        .groupBy(*PARTITION_COLUMNS)
+    groups = (
+        rows.groupBy(*PARTITION_COLUMNS, F.when(F.col("malformed"), F.col("file")).alias("bad"))
         .agg(
             F.count(F.lit(1)).alias("messages"),
             F.sum(F.octet_length("body")).alias("bytes"),
@@ -48,21 +51,32 @@ def archive_stats(messages: DataFrame) -> ArchiveStats:
             F.min("timestamp").alias("first"),
             F.max("timestamp").alias("last"),
         )
-        .orderBy(*PARTITION_COLUMNS)
+        .collect()
     )
-    hours = [
-        HourStats(
-            topic=row["topic"],
-            date=row["date"],
-            hour=row["hour"],
-            messages=row["messages"],
-            bytes=row["bytes"] or 0,
-            raw=row["raw"],
-            duplicates=row["envelopes"] - row["distinct"],
-            first=row["first"],
-            last=row["last"],
+    malformed: dict[str, int] = {}
+    hours = []
+    for row in groups:
+        if row["bad"] is not None:
+            malformed[row["bad"]] = malformed.get(row["bad"], 0) + row["messages"]
+            continue
+        hours.append(
+            HourStats(
+                topic=row["topic"],
+                date=row["date"],
+                hour=row["hour"],
+                messages=row["messages"],
+                bytes=row["bytes"] or 0,
+                raw=row["raw"],
+                duplicates=row["envelopes"] - row["distinct"],
+                first=row["first"],
+                last=row["last"],
+            )
         )
-        for row in per_hour.collect()
-    ]
-    malformed = rows.where("malformed").groupBy("file").count().collect()
-    return ArchiveStats(hours, {row["file"]: row["count"] for row in malformed})
+    hours.sort(key=_hour_order)
+    return ArchiveStats(hours, malformed)
+
+
+def _hour_order(hour: HourStats) -> tuple[tuple[bool, Any], ...]:
+    """Spark's ascending order: by topic, date and hour, a missing value first."""
+    keys = (hour.topic, hour.date, hour.hour)
+    return tuple((key is not None, key) for key in keys)
