@@ -135,6 +135,8 @@ class HttpRelay:
         self._succeeded: list[tuple[_Work, float]] = []  # to FIN, with how long each took
         self._succeeded_messages = 0
         self._fin_due = trio.Event()
+        # Half of what can be out at once: a round of FINs full, the other half still out.
+        self._gather = min(settings.senders * settings.batch_size, settings.max_in_flight) // 2
         self._told: set[str] = set()  # lines logged once
         self._nursery_manager = trio.open_nursery()
 
@@ -202,16 +204,16 @@ class HttpRelay:
             finishing.cancel_scope.cancel()
 
     async def _fin_every_round(self) -> None:
-        settings = self.settings
-        out_at_once = min(settings.senders * settings.batch_size, settings.max_in_flight)
-        gather = out_at_once // 2
+        """A round starts at its first success and ends FIN_GATHER_SECONDS later, or
+        once half the window succeeded (the senders wake this task at those two only,
+        not at each success)."""
         while True:
             await self._fin_due.wait()
-            with trio.move_on_after(FIN_GATHER_SECONDS):
-                while self._succeeded_messages < gather:
-                    self._fin_due = trio.Event()
-                    await self._fin_due.wait()
             self._fin_due = trio.Event()
+            if self._succeeded_messages < self._gather:
+                with trio.move_on_after(FIN_GATHER_SECONDS):
+                    await self._fin_due.wait()
+                self._fin_due = trio.Event()
             await trio.sleep(0)  # let the senders answered in this round add theirs
             self._fin_succeeded()
 
@@ -252,7 +254,8 @@ class HttpRelay:
             self.status.count_sent(work.delivery.topic, target.address, len(work.messages))
         self._succeeded.append((work, trio.current_time() - started))
         self._succeeded_messages += len(work.messages)
-        self._fin_due.set()
+        if len(self._succeeded) == 1 or self._succeeded_messages >= self._gather:
+            self._fin_due.set()  # a round starts, or is full
 
     def _body(self, messages: list[Message]) -> bytes:
         if len(messages) == 1 and self.settings.batch_size == 1:
