@@ -24,8 +24,8 @@ together.
 
 from __future__ import annotations
 
+import collections
 import logging
-import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +100,35 @@ class _Work:
     messages: list[Message]
 
 
+class _WorkQueue:
+    """Work for the senders. put() never waits: what accept() hands over is bounded by
+    the consumer's max-in-flight. take() hands a sender the next work without yielding
+    when there is some (it yields at once on its socket; a memory channel's receive
+    yields too, a task switch per message), else waits for some; None once closed and
+    empty."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[_Work] = collections.deque()
+        self._idle = trio.lowlevel.ParkingLot()  # senders waiting for work
+        self._closed = False
+
+    def put(self, work: _Work) -> None:
+        self._items.append(work)
+        self._idle.unpark()
+
+    def close(self) -> None:
+        self._closed = True
+        self._idle.unpark_all()
+
+    async def take(self) -> _Work | None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self._items:
+            if self._closed:
+                return None
+            await self._idle.park()
+        return self._items.popleft()
+
+
 class HttpRelay:
     """The runtime Sink of nsq_to_http: messages to HTTP endpoints, -n at a time."""
 
@@ -127,8 +156,7 @@ class HttpRelay:
             settings.request_timeout,
             max_connections_per_origin=None,  # the senders, one request each, bound them
         )
-        # Unbounded: what accept() hands over is bounded by the consumer's max-in-flight.
-        self._send_work, self._receive_work = trio.open_memory_channel[_Work](math.inf)
+        self._work = _WorkQueue()
         self._unanswered: dict[Delivery, int] = {}  # messages not yet FIN'd or requeued
         self._all_answered = trio.Event()
         self._all_answered.set()
@@ -152,7 +180,7 @@ class HttpRelay:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await self._send_work.aclose()
+        self._work.close()
         try:
             await self._nursery_manager.__aexit__(exc_type, exc, traceback)
         finally:
@@ -169,7 +197,7 @@ class HttpRelay:
         self._all_answered = trio.Event()
         size = self.settings.batch_size
         for start in range(0, len(messages), size):
-            await self._send_work.send(_Work(delivery, messages[start : start + size]))
+            self._work.put(_Work(delivery, messages[start : start + size]))
 
     async def flush(self) -> None:
         """Wait until every message accepted is FIN'd or requeued."""
@@ -199,7 +227,7 @@ class HttpRelay:
             finishing.start_soon(self._fin_every_round)
             async with trio.open_nursery() as senders:
                 for _ in range(self.settings.senders):
-                    senders.start_soon(self._sender, self._receive_work.clone())
+                    senders.start_soon(self._sender)
             self._fin_succeeded()
             finishing.cancel_scope.cancel()
 
@@ -232,10 +260,9 @@ class HttpRelay:
             self.status.aggregate.record(took, count)
             self._answered(work)
 
-    async def _sender(self, work: trio.MemoryReceiveChannel[_Work]) -> None:
-        async with work:
-            async for item in work:
-                await self._send(item)
+    async def _sender(self) -> None:
+        while (work := await self._work.take()) is not None:
+            await self._send(work)
 
     async def _send(self, work: _Work) -> None:
         """One request to the endpoint the mode picks (every one, in turn, with "all")."""
