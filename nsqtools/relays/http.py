@@ -4,10 +4,10 @@ over kept-alive connections, FIN'd once the endpoint accepted it, requeued if no
 An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each message
 (--sample: the others are FIN'd unsent, as Go does), then hands messages to the senders
 through a queue (holding at most max-in-flight messages, all nsqd sends) that a busy
-sender takes from without yielding. A sender
-builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
-settles the message in its delivery: done on success (GET: 200; POST: any 2xx), else
-requeued with backoff, that message (or batch of them) alone.
+sender takes from without yielding. A sender builds the request (nsqtools.httpclient.
+requests: Go's bytes), sends it on the pool and settles the message in its delivery:
+done on success (GET: 200; POST: any 2xx), else requeued with backoff, that message (or
+batch of them) alone.
 The FINs go out together: those of up to half the in-flight window, or of 2 ms (one write per
 batch nsqd sent, not one per message; measured: a fifth more messages per second). A
 429 or 503 with Retry-After is requeued for that long (capped by the consumer's max
