@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.utils import formatdate
 
 import pytest
@@ -14,12 +14,13 @@ import trio
 
 from nsqtools.httpclient.pool import (
     KEPT_BODY_BYTES,
+    Connection,
     ConnectionPool,
     HttpFailure,
     HttpResponse,
     retry_after_seconds,
 )
-from nsqtools.httpclient.requests import GetTarget, PostTarget
+from nsqtools.httpclient.requests import GetTarget, PostTarget, Request
 from nsqtools.testing import TlsFiles
 from nsqtools.testing.webserver import Answer, SilentListener, WebServer
 
@@ -57,27 +58,7 @@ async def test_one_connection_serves_requests_one_after_another(server: WebServe
     assert server.connections == 1
 
 
-async def test_concurrent_senders_share_at_most_the_limit_of_connections(
-    server: WebServer, release: threading.Event
-) -> None:
-    server.script(*[Answer(hold=release)] * 4)
-    statuses: list[int] = []
-
-    async def send(pool: ConnectionPool) -> None:
-        statuses.append((await post(pool, server)).status)
-
-    async with ConnectionPool(max_connections_per_origin=4) as pool, trio.open_nursery() as tasks:
-        for _ in range(20):
-            tasks.start_soon(send, pool)
-        # Four in flight on four connections, held; the other senders wait their turn.
-        await trio.to_thread.run_sync(server.wait_for_requests, 4)
-        assert (len(server.received), server.connections) == (4, 4)
-        release.set()
-    assert statuses == [200] * 20
-    assert server.connections == 4
-
-
-async def test_without_a_limit_each_sender_may_have_its_connection(
+async def test_each_sender_may_have_its_connection(
     server: WebServer, release: threading.Event
 ) -> None:
     server.script(*[Answer(hold=release)] * 6)
@@ -85,7 +66,7 @@ async def test_without_a_limit_each_sender_may_have_its_connection(
     async def send(pool: ConnectionPool) -> None:
         assert (await post(pool, server)).status == 200
 
-    async with ConnectionPool(max_connections_per_origin=None) as pool:
+    async with ConnectionPool() as pool:
         async with trio.open_nursery() as tasks:
             for _ in range(6):
                 tasks.start_soon(send, pool)
@@ -94,6 +75,70 @@ async def test_without_a_limit_each_sender_may_have_its_connection(
             release.set()
         await send(pool)  # and kept alive afterwards
     assert server.connections == 6
+
+
+class HeldDials(ConnectionPool):
+    """A pool whose dials after the first wait for `dials_released` before connecting."""
+
+    def __init__(self, request_timeout: float = 20.0) -> None:
+        super().__init__(request_timeout=request_timeout)
+        self.dials = 0
+        self.dials_released = trio.Event()
+
+    async def _connect(self, request: Request) -> Connection:
+        self.dials += 1
+        if self.dials > 1:
+            await self.dials_released.wait()
+        return await super()._connect(request)
+
+    def idle(self) -> int:
+        return sum(len(origin.idle) for origin in self._origins.values())
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        while not condition():
+            await trio.sleep(0.001)
+
+
+async def test_a_request_takes_a_connection_freed_before_its_own_dial_ends(
+    server: WebServer, release: threading.Event
+) -> None:
+    """As Go's http.Transport: a request is not tied to its dial; the dial that lost
+    waits idle for the next request."""
+    server.script(Answer(hold=release))
+    answered: list[int] = []
+
+    async def send(pool: ConnectionPool) -> None:
+        answered.append((await post(pool, server)).status)
+
+    async with HeldDials() as pool, trio.open_nursery() as tasks:
+        tasks.start_soon(send, pool)  # the first connection, its answer held
+        await trio.to_thread.run_sync(server.wait_for_requests, 1)
+        tasks.start_soon(send, pool)  # dials, held
+        await until(lambda: pool.dials == 2)
+        release.set()
+        await until(lambda: len(answered) == 2)  # both on the first connection
+        assert (server.connections, pool.idle()) == (1, 1)
+        pool.dials_released.set()
+        await until(lambda: pool.idle() == 2)
+        for _ in range(2):
+            tasks.start_soon(send, pool)
+    assert answered == [200] * 4
+    assert (pool.dials, server.connections) == (2, 2)
+
+
+async def test_the_request_timeout_covers_waiting_for_a_connection(
+    server: WebServer, release: threading.Event
+) -> None:
+    server.script(Answer(), Answer(hold=release))
+    async with HeldDials(request_timeout=0.3) as pool:
+        assert (await post(pool, server)).status == 200
+        async with trio.open_nursery() as tasks:
+            tasks.start_soon(failure, pool, server)  # holds the connection until it times out
+            await trio.to_thread.run_sync(server.wait_for_requests, 2)
+            assert await failure(pool, server) == "no complete answer within 300ms"
+    assert (len(server.received), server.connections, pool.dials) == (2, 1, 2)
 
 
 async def test_statuses_come_back_as_answers_with_their_headers(server: WebServer) -> None:
@@ -174,21 +219,6 @@ async def test_no_answer_over_tls_within_the_request_timeout(
             release.set()
             assert (await post(pool, server)).status == 200
     assert server.connections == 2
-
-
-async def test_the_request_timeout_covers_waiting_for_a_connection(
-    server: WebServer, release: threading.Event
-) -> None:
-    server.script(Answer(hold=release))
-    async with ConnectionPool(max_connections_per_origin=1) as pool, trio.open_nursery() as tasks:
-        tasks.start_soon(post, pool, server)  # holds the only connection
-        await trio.to_thread.run_sync(server.wait_for_requests, 1)
-        waiting = ConnectionPool(request_timeout=0.3, max_connections_per_origin=1)
-        waiting._origins = pool._origins  # the same connections, a shorter timeout
-        async with waiting:
-            assert await failure(waiting, server) == "no complete answer within 300ms"
-        release.set()
-    assert (len(server.received), server.connections) == (1, 1)
 
 
 async def test_a_pool_sends_only_inside_async_with(server: WebServer) -> None:

@@ -17,12 +17,17 @@ endpoint sends back costs bounded memory however long it is (a long answer is re
 h11, a block at a time).
 
 Per origin, an idle connection is reused (the most recently used first), else a new one
-is opened, at most `max_connections_per_origin` at once (more senders wait their turn;
-None: no limit, for callers whose own number of senders bounds them).
+is dialled; as with Go's http.Transport, the request is not tied to its dial: it takes
+whichever comes first, a connection another request is done with or its own dial's,
+and a dial that lost serves the next request waiting, or waits idle. (A request tied to
+its dial waits out a slow one, the connect timeout at worst, while connections come
+free: measured against a server with a small accept backlog, a burst of requests took
+seconds where Go's took a fraction of one.) How many connections are open is bounded
+by the callers: one request at a time each.
 A connection is closed, not reused, when either side said `Connection: close`, after
 any failure, and when its answer was not read to the end or came with bytes after it.
 `connect_timeout` bounds the TCP connect, `tls_handshake_timeout` the TLS handshake
-(Go's 10s), `request_timeout` everything (waiting for a connection, connecting,
+(Go's 10s), `request_timeout` everything (waiting for a connection,
 sending, the whole answer), as Go's http.Client.Timeout does. The exchange itself (a
 request sent, its answer read) is timed by one task of the pool's, not by a cancel scope
 per request, which cost a sixth of nsq_to_http's throughput (measured): each tenth of
@@ -40,7 +45,7 @@ from __future__ import annotations
 import math
 import ssl
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from types import TracebackType
@@ -257,12 +262,39 @@ class Connection:
         return True
 
 
-class _OriginConnections:
-    """The idle connections to one origin and the limit on open ones."""
+class _Waiting:
+    """A request waiting for a connection: its own dial's, or one freed first."""
 
-    def __init__(self, limit: int | None) -> None:
+    __slots__ = ("connection", "failure", "ready")
+
+    def __init__(self) -> None:
+        self.connection: Connection | None = None
+        self.failure: HttpFailure | None = None  # its own dial's, when that failed
+        self.ready = trio.Event()
+
+
+class _OriginConnections:
+    """The idle connections to one origin and the requests waiting for one."""
+
+    def __init__(self) -> None:
         self.idle: list[Connection] = []
-        self.limiter = None if limit is None else trio.CapacityLimiter(limit)
+        self.waiting: deque[_Waiting] = deque()  # the longest waiting first
+
+    def give(self, connection: Connection) -> None:
+        """A connection free for a request: to the one waiting longest, else idle."""
+        if self.waiting:
+            waiting = self.waiting.popleft()
+            waiting.connection = connection
+            waiting.ready.set()
+        else:
+            self.idle.append(connection)
+
+    def stop_waiting(self, waiting: _Waiting) -> None:
+        """The request no longer waits: out of the line, and what it was given passed on."""
+        if waiting.connection is not None:
+            self.give(waiting.connection)
+        elif waiting in self.waiting:
+            self.waiting.remove(waiting)
 
 
 class ConnectionPool(trio.abc.AsyncResource):
@@ -273,7 +305,6 @@ class ConnectionPool(trio.abc.AsyncResource):
         self,
         connect_timeout: float = 2.0,
         request_timeout: float = 20.0,
-        max_connections_per_origin: int | None = 100,
         ssl_context: ssl.SSLContext | None = None,
         tls_handshake_timeout: float = 10.0,
     ) -> None:
@@ -281,9 +312,7 @@ class ConnectionPool(trio.abc.AsyncResource):
         self._request_timeout = request_timeout
         self._tls_handshake_timeout = tls_handshake_timeout
         self._ssl_context = ssl_context
-        self._origins: defaultdict[HttpOrigin, _OriginConnections] = defaultdict(
-            lambda: _OriginConnections(max_connections_per_origin)
-        )
+        self._origins: defaultdict[HttpOrigin, _OriginConnections] = defaultdict(_OriginConnections)
         self._exchanging: set[Connection] = set()  # each with its deadline
         self._watch_manager = trio.open_nursery()
         self._watch: trio.Nursery | None = None
@@ -313,28 +342,7 @@ class ConnectionPool(trio.abc.AsyncResource):
         if self._watch is None:
             raise RuntimeError("a ConnectionPool sends only inside `async with` it")
         deadline = trio.current_time() + self._request_timeout
-        origin = self._origins[request.origin]
-        limiter = origin.limiter
-        if limiter is None:  # the callers bound their connections themselves
-            return await self._send_on(origin, request, deadline)
-        await self._wait_turn(limiter, request, deadline)
-        try:
-            return await self._send_on(origin, request, deadline)
-        finally:
-            limiter.release()
-
-    async def _wait_turn(
-        self, limiter: trio.CapacityLimiter, request: Request, deadline: float
-    ) -> None:
-        try:
-            limiter.acquire_nowait()
-            return
-        except trio.WouldBlock:
-            pass
-        with trio.move_on_at(deadline):
-            await limiter.acquire()
-            return
-        raise self._timed_out(request)
+        return await self._send_on(self._origins[request.origin], request, deadline)
 
     def _timed_out(self, request: Request) -> HttpFailure:
         after = format_duration(self._request_timeout)
@@ -343,14 +351,17 @@ class ConnectionPool(trio.abc.AsyncResource):
     async def _send_on(
         self, origin: _OriginConnections, request: Request, deadline: float
     ) -> HttpResponse:
-        connection = origin.idle.pop() if origin.idle else await self._open(request, deadline)
+        if origin.idle:
+            connection = origin.idle.pop()
+        else:
+            connection = await self._first_free(origin, request, deadline)
         try:
             response = await self._exchange(connection, request, deadline)
         except _Stale:
             connection = await self._open(request, deadline)
             response = await self._exchange(connection, request, deadline)
         if not self._closed and connection.reusable(request):
-            origin.idle.append(connection)
+            origin.give(connection)
         else:
             with trio.move_on_at(deadline):  # cancelled, aclose still closes
                 await connection.stream.aclose()
@@ -387,6 +398,46 @@ class ConnectionPool(trio.abc.AsyncResource):
             now = trio.current_time()
             for connection in [c for c in self._exchanging if c.deadline <= now]:
                 connection.time_out()
+
+    async def _first_free(
+        self, origin: _OriginConnections, request: Request, deadline: float
+    ) -> Connection:
+        """The first connection free for the request: its own dial's, or one another
+        request is done with before that dial ends."""
+        assert self._watch is not None
+        waiting = _Waiting()
+        origin.waiting.append(waiting)
+        self._watch.start_soon(self._dial, origin, request, deadline, waiting)
+        try:
+            with trio.move_on_at(deadline):
+                await waiting.ready.wait()
+        except BaseException:
+            origin.stop_waiting(waiting)
+            raise
+        if waiting.connection is not None:
+            return waiting.connection
+        if waiting.failure is not None:
+            raise waiting.failure
+        origin.stop_waiting(waiting)
+        raise self._timed_out(request)
+
+    async def _dial(
+        self, origin: _OriginConnections, request: Request, deadline: float, waiting: _Waiting
+    ) -> None:
+        """A new connection for the request waiting longest (or idle); a failure is told
+        to the request the dial is for, if it still waits."""
+        try:
+            connection = await self._open(request, deadline)
+        except HttpFailure as failure:
+            if waiting in origin.waiting:
+                origin.waiting.remove(waiting)
+                waiting.failure = failure
+                waiting.ready.set()
+            return
+        if self._closed:
+            await trio.aclose_forcefully(connection.stream)
+        else:
+            origin.give(connection)
 
     async def _open(self, request: Request, deadline: float) -> Connection:
         """A new connection, opened by the request's deadline."""

@@ -122,11 +122,8 @@ class HttpRelay:
             if len(settings.targets) > 1
             else None
         )
-        self._pool = ConnectionPool(
-            settings.connect_timeout,
-            settings.request_timeout,
-            max_connections_per_origin=None,  # the senders, one request each, bound them
-        )
+        # The senders, one request each, bound its connections.
+        self._pool = ConnectionPool(settings.connect_timeout, settings.request_timeout)
         # Unbounded: what accept() hands over is bounded by the consumer's max-in-flight.
         self._send_work, self._receive_work = trio.open_memory_channel[_Work](math.inf)
         self._unanswered: dict[Delivery, int] = {}  # messages not yet FIN'd or requeued
