@@ -66,7 +66,9 @@ def test_posts_every_message_and_fins_it(nsqd: Nsqd, server: WebServer) -> None:
     argv = relay_argv(OURS, nsqd, "post", f"--post={server.url}/in")
     stderr = relay_until_drained(argv, nsqd, "post")
     assert posted(server.received) == Counter(messages)
-    assert server.connections <= 100  # kept alive, at most -n at once
+    # Kept alive: -n requests at once, and a dial that lost to a connection freed first
+    # is kept idle (as Go's http.Transport), so fewer than 2 x -n, not one per message.
+    assert server.connections < 200
     assert "[summary]: 500 sent, 0 requeued after a failed request, 0 sampled out" in stderr
 
 

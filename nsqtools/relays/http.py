@@ -3,10 +3,11 @@ over kept-alive connections, FIN'd once the endpoint accepted it, requeued if no
 
 An HttpRelay is the runtime Sink of nsq_to_http's topic. accept() samples each message
 (--sample: the others are FIN'd unsent, as Go does), then hands messages to the senders
-through a channel (holding at most max-in-flight messages, all nsqd sends). A sender
-builds the request (nsqtools.httpclient.requests: Go's bytes), sends it on the pool and
-settles the message in its delivery: done on success (GET: 200; POST: any 2xx), else
-requeued with backoff, that message (or batch of them) alone.
+through a queue (holding at most max-in-flight messages, all nsqd sends) that a busy
+sender takes from without yielding. A sender builds the request (nsqtools.httpclient.
+requests: Go's bytes), sends it on the pool and settles the message in its delivery:
+done on success (GET: 200; POST: any 2xx), else requeued with backoff, that message (or
+batch of them) alone.
 The FINs go out together: those of up to half the in-flight window, or of 2 ms (one write per
 batch nsqd sent, not one per message; measured: a fifth more messages per second). A
 429 or 503 with Retry-After is requeued for that long (capped by the consumer's max
@@ -24,8 +25,8 @@ together.
 
 from __future__ import annotations
 
+import collections
 import logging
-import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,35 @@ class _Work:
     messages: list[Message]
 
 
+class _WorkQueue:
+    """Work for the senders. put() never waits: what accept() hands over is bounded by
+    the consumer's max-in-flight. take() hands a sender the next work without yielding
+    when there is some (it yields at once on its socket; a memory channel's receive
+    yields too, a task switch per message), else waits for some; None once closed and
+    empty."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[_Work] = collections.deque()
+        self._idle = trio.lowlevel.ParkingLot()  # senders waiting for work
+        self._closed = False
+
+    def put(self, work: _Work) -> None:
+        self._items.append(work)
+        self._idle.unpark()
+
+    def close(self) -> None:
+        self._closed = True
+        self._idle.unpark_all()
+
+    async def take(self) -> _Work | None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while not self._items:
+            if self._closed:
+                return None
+            await self._idle.park()
+        return self._items.popleft()
+
+
 class HttpRelay:
     """The runtime Sink of nsq_to_http: messages to HTTP endpoints, -n at a time."""
 
@@ -124,8 +154,7 @@ class HttpRelay:
         )
         # The senders, one request each, bound its connections.
         self._pool = ConnectionPool(settings.connect_timeout, settings.request_timeout)
-        # Unbounded: what accept() hands over is bounded by the consumer's max-in-flight.
-        self._send_work, self._receive_work = trio.open_memory_channel[_Work](math.inf)
+        self._work = _WorkQueue()
         self._unanswered: dict[Delivery, int] = {}  # messages not yet FIN'd or requeued
         self._all_answered = trio.Event()
         self._all_answered.set()
@@ -149,7 +178,7 @@ class HttpRelay:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await self._send_work.aclose()
+        self._work.close()
         try:
             await self._nursery_manager.__aexit__(exc_type, exc, traceback)
         finally:
@@ -166,7 +195,7 @@ class HttpRelay:
         self._all_answered = trio.Event()
         size = self.settings.batch_size
         for start in range(0, len(messages), size):
-            await self._send_work.send(_Work(delivery, messages[start : start + size]))
+            self._work.put(_Work(delivery, messages[start : start + size]))
 
     async def flush(self) -> None:
         """Wait until every message accepted is FIN'd or requeued."""
@@ -196,7 +225,7 @@ class HttpRelay:
             finishing.start_soon(self._fin_every_round)
             async with trio.open_nursery() as senders:
                 for _ in range(self.settings.senders):
-                    senders.start_soon(self._sender, self._receive_work.clone())
+                    senders.start_soon(self._sender)
             self._fin_succeeded()
             finishing.cancel_scope.cancel()
 
@@ -229,10 +258,9 @@ class HttpRelay:
             self.status.aggregate.record(took, count)
             self._answered(work)
 
-    async def _sender(self, work: trio.MemoryReceiveChannel[_Work]) -> None:
-        async with work:
-            async for item in work:
-                await self._send(item)
+    async def _sender(self) -> None:
+        while (work := await self._work.take()) is not None:
+            await self._send(work)
 
     async def _send(self, work: _Work) -> None:
         """One request to the endpoint the mode picks (every one, in turn, with "all")."""
