@@ -72,6 +72,21 @@ def test_posts_every_message_and_fins_it(nsqd: Nsqd, server: WebServer) -> None:
     assert "[summary]: 500 sent, 0 requeued after a failed request, 0 sampled out" in stderr
 
 
+def test_a_burst_of_dials_against_a_small_accept_backlog_is_not_waited_out(nsqd: Nsqd) -> None:
+    """The -n 100 senders start at once, each with no connection to take, so each dials;
+    with a backlog of 5, dials wait on the server (SYNs dropped, sent again after a
+    second). A request takes whichever comes first, a connection another one is done
+    with or its own dial's: none waits out a timeout, none is requeued, none posted
+    twice. (Tied to its dial, requests timed out: 500 messages took minutes.)"""
+    messages = bodies(500)
+    nsqd.publish_many(TOPIC, messages)
+    with WebServer(backlog=5) as server:
+        argv = relay_argv(OURS, nsqd, "burst", f"--post={server.url}/in")
+        stderr = relay_until_drained(argv, nsqd, "burst")
+    assert posted(server.received) == Counter(messages)
+    assert "[summary]: 500 sent, 0 requeued after a failed request" in stderr
+
+
 def normalised(request: ReceivedRequest) -> bytes:
     return re.sub(rb"User-Agent: nsq_to_http v[^\r]*", b"User-Agent: -", request.raw)
 

@@ -109,14 +109,19 @@ class _State:
 
 
 class WebServer(StartsAndStops):
-    def __init__(self, default: Answer | None = None, tls: TlsFiles | None = None) -> None:
+    def __init__(
+        self,
+        default: Answer | None = None,
+        tls: TlsFiles | None = None,
+        backlog: int | None = None,  # of connections not yet accepted (the system's default)
+    ) -> None:
         self.default = default or Answer()
         self._tls: ssl.SSLContext | None = None
         if tls is not None:
             self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self._tls.load_cert_chain(tls.cert, tls.key)
         self._state = _State()
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=backlog)
         self._threads: list[threading.Thread] = []
         self.address = _address_of(self._listener)
 
