@@ -89,6 +89,25 @@ def test_stats_counts_the_lines_that_are_no_envelope_by_file(
     assert "0 damaged files, 2 lines that are no envelope" in strict.stderr
 
 
+def test_a_path_is_read_whatever_it_holds_and_an_empty_file_is_nothing_to_read(
+    tmp_path: Path, nsq_archive: Archive
+) -> None:
+    """A space, a percent sign or a letter outside ASCII in the path (URIs escape them,
+    Hadoop's paths do not) changes neither which files are read nor how. An empty file
+    (nsq_to_file opens the next rev before it writes to it) holds nothing to read: no
+    damage, no topic needed."""
+    source = tmp_path / "nsq archives 100% été"
+    source.mkdir()
+    envelopes(source / "orders.h-000000.2026-11-23_00.log.gz", [message(0), message(1)])
+    plain = formats.json_lines([message(2)], ORIGIN)
+    (source / "orders.h-000001.2026-11-23_00.log").write_bytes(plain)
+    (source / "orders.h-000002.2026-11-23_01.log").write_bytes(b"")
+    (source / "unnamed.log").write_bytes(b"")
+    result = summary(nsq_archive("stats", str(source), "--json"))
+    assert sum(hour["messages"] for hour in result["hours"]) == 3
+    assert result["damaged"] == []
+
+
 def test_stats_tables_and_strict(tmp_path: Path, nsq_archive: Archive) -> None:
     source = archives(tmp_path / "src")
     run = nsq_archive("stats", str(source))
