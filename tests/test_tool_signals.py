@@ -282,23 +282,44 @@ def channel_settled(nsqd: Nsqd) -> int:
     return nsqd.channel_stats(TOPIC, CHANNEL).depth
 
 
+_IGNORED_INTERRUPT_END = "\nKeyboardInterrupt\n"
+
+
 def _swallowed_interrupt(stderr: str) -> bool:
     """CPython's report of a KeyboardInterrupt raised where it cannot propagate (a
     weakref callback of the import machinery), the interpreter then going on: what a
     SIGINT before our handler may give, as the default handler's own doing."""
-    return stderr.startswith("Exception ignored in") and stderr.rstrip().endswith(
-        "KeyboardInterrupt"
-    )
+    return stderr.startswith("Exception ignored in") and _IGNORED_INTERRUPT_END in stderr
+
+
+def _stop_again_if_ignored(run: Started, signum: int) -> None:
+    """After a SIGINT CPython reported and dropped, a tool that runs until stopped goes
+    on as if none came: once its handler is in place, a second one (a user's second
+    Ctrl-C) must stop it."""
+    pid = run.process.pid
+
+    def ended_or_ignored() -> bool:
+        if run.process.poll() is not None:
+            return True
+        return _swallowed_interrupt(run.stderr) and ours_handles_sigterm(pid)
+
+    wait_until(ended_or_ignored, WAIT, "the tool to end, or to go on after the SIGINT dropped")
+    if run.process.poll() is None:
+        run.process.send_signal(signum)
 
 
 def check_stop(run: Started, signum: int, strict: bool, before: int) -> None:
     """Exit 0 without a traceback (strict), or, for a signal sent before our handler was
     seen in place, Python's default (or ours: it may have come in between); and nothing
     lost either way."""
+    if not strict and signum == signal.SIGINT:
+        _stop_again_if_ignored(run, signum)
     run.process.wait(WAIT)
     code, stderr = run.process.returncode, run.stderr
     if not strict and code == 0 and _swallowed_interrupt(stderr):
-        pass  # Python's default handler's KeyboardInterrupt, raised in a callback: ignored
+        # Python's default handler's KeyboardInterrupt, raised in a callback, ignored;
+        # what follows the report is the tool's own clean stop.
+        assert "Traceback" not in stderr.split(_IGNORED_INTERRUPT_END, 1)[1], stderr
     elif strict or code == 0:
         assert (code, "Traceback" not in stderr) == (0, True), stderr
     else:  # the interpreter's start: killed by the signal, or its own KeyboardInterrupt
