@@ -27,7 +27,7 @@ once, N in use and fewer than N more idle (the dials that lost).
 A connection is closed, not reused, when either side said `Connection: close`, after
 any failure, and when its answer was not read to the end or came with bytes after it.
 `connect_timeout` bounds the TCP connect, `tls_handshake_timeout` the TLS handshake
-(Go's 10s), `request_timeout` everything (waiting for a connection,
+(Go's 10s), `request_timeout` everything (waiting for a connection, its own dial included,
 sending, the whole answer), as Go's http.Client.Timeout does. The exchange itself (a
 request sent, its answer read) is timed by one task of the pool's, not by a cancel scope
 per request, which cost a sixth of nsq_to_http's throughput (measured): each tenth of
