@@ -11,7 +11,7 @@ Gathering asks the lookupds and the nsqds at once (nsqtools.cluster, .discovery)
 that cannot be asked is kept in the view's `failures` and never hides the others.
 Summing is sans-IO: the functions that build rows take /stats answers.
 
-    async with httpx.AsyncClient(timeout=5) as client:
+    async with async_client(timeout=5) as client:
         view = await gather_topics(client, Cluster(lookupd_http_addresses=("127.0.0.1:4161",)))
     for row in view.topics:
         print(row.topic, row.depth, row.nodes)

@@ -83,9 +83,9 @@ class Partitions:
         self._asked_for_lookupds = False  # the fork's /listlookup, asked once
 
     async def __aenter__(self) -> Partitions:
-        import httpx
+        from nsqtools.httpapi.clients import async_client
 
-        self._client = httpx.AsyncClient(
+        self._client = async_client(
             timeout=self.config.lookupd_poll_timeout, headers=self.config.lookupd_headers()
         )
         return self

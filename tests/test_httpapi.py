@@ -19,6 +19,7 @@ from nsqtools.httpapi import Call, HttpApiError, send, send_sync
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.httpapi import nsqd as nsqd_api
 from nsqtools.httpapi.blocking import BlockingClient
+from nsqtools.httpapi.clients import sync_client
 from nsqtools.httpapi.nsqd import E2eLatency, NsqdStats
 from nsqtools.protocol import MessageBatch, commands
 from nsqtools.testing import Nsqd, Nsqlookupd, wait_until
@@ -431,3 +432,13 @@ def test_a_plain_answer_is_read_without_h11(blocking: BlockingClient, nsqd: Nsqd
         "assert 'h11' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_clients_share_one_context_that_verifies_certificates(tls_nsqd: Nsqd) -> None:
+    """nsqtools' httpx clients do not each load the CA certificates again (~50 ms of
+    CPU a client), and still refuse a server whose certificate no CA vouches for."""
+    with sync_client() as first, sync_client() as second:
+        contexts = [client._transport._pool._ssl_context for client in (first, second)]  # type: ignore[attr-defined]
+        assert contexts[0] is contexts[1]
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+            first.get(f"https://{tls_nsqd.https_address}/ping")

@@ -35,6 +35,7 @@ from nsqtools.errors import NsqError
 from nsqtools.httpapi import HttpApiError, send
 from nsqtools.httpapi import nsqd as nsqd_api
 from nsqtools.httpapi.call import TOPIC_NOT_FOUND
+from nsqtools.httpapi.clients import async_client
 from nsqtools.transport import open_connection
 
 HTTP_TIMEOUT = 5.0
@@ -286,7 +287,7 @@ class BenchRun:
 
 
 def _http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+    return async_client(timeout=HTTP_TIMEOUT)
 
 
 def _worker_environment() -> dict[str, str]:

@@ -84,11 +84,12 @@ def check_names(topic: str, channel: str = "") -> None:
 
 def with_client(options: dict[str, Any], job: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:
     """Run the job on trio with an HTTP client that waits --http-timeout per request."""
-    import httpx
     import trio
 
+    from nsqtools.httpapi.clients import async_client
+
     async def main() -> T:
-        async with httpx.AsyncClient(timeout=options["http_timeout"]) as client:
+        async with async_client(timeout=options["http_timeout"]) as client:
             return await job(client)
 
     return trio.run(main)

@@ -248,12 +248,11 @@ class Connections:
     async def _discover(self) -> None:
         # Imported here: httpx (and the rich it pulls in) costs ~100ms at start-up, and
         # consumers of direct nsqd addresses never need it.
-        import httpx
-
         from nsqtools import discovery
+        from nsqtools.httpapi.clients import async_client
 
         config = self.config
-        async with httpx.AsyncClient(
+        async with async_client(
             timeout=config.lookupd_poll_timeout, headers=config.lookupd_headers()
         ) as client:
             asked_for_lookupds = False

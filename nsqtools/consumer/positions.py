@@ -42,12 +42,12 @@ async def start_channel_at(
 ) -> None:
     """Move the channel of the partition to `start`, creating the channel if need be."""
     # Imported here: httpx costs ~100ms at start-up, and most consumers never need it.
-    import httpx
+    from nsqtools.httpapi.clients import async_client
 
     params = {"topic": topic, "partition": str(partition), "channel": channel}
     set_offset = post(SERVER, http_address, "/channel/setoffset", params, start.wire.encode())
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with async_client(timeout=timeout) as client:
             try:
                 await send(client, set_offset, timeout_option=TIMEOUT_OPTION)
             except HttpApiError as error:

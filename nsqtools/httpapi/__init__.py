@@ -13,6 +13,7 @@ commands and the test harness use it, never the reverse.
 - nsqd: /info, /stats (typed: topics, channels, clients), /pub, /mpub, admin calls.
 - lookupd: /info, /lookup, /topics, /channels, /nodes, admin calls, tombstones.
 - json_shape: checking documents (sans-IO).
+- clients: the httpx clients nsqtools makes, on one TLS context per process.
 
     from nsqtools.httpapi import nsqd, send
     stats = await send(client, nsqd.stats("127.0.0.1:4151", topic="events"))

@@ -25,6 +25,7 @@ import re2
 from nsqtools.errors import NsqError
 from nsqtools.httpapi import lookupd
 from nsqtools.httpapi.call import HttpApiError, send
+from nsqtools.httpapi.clients import async_client
 
 log = logging.getLogger("nsqtools.runtime")
 
@@ -78,7 +79,7 @@ class LookupdTopics:
     async def __call__(self) -> list[str]:
         found: set[str] = set()
         answered = False
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
+        async with async_client(timeout=self.timeout) as client:
             for address in self.addresses:
                 try:
                     topics = await send(client, lookupd.topics(address))

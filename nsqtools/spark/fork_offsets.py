@@ -275,9 +275,9 @@ class ForkOffsetReader(DataSourceStreamReader):
 def _http_client() -> httpx.Client:
     """A client for the driver's few requests of one plan (httpx is imported here: the
     tasks never need it)."""
-    import httpx
+    from nsqtools.httpapi.clients import sync_client
 
-    return httpx.Client(timeout=HTTP_TIMEOUT)
+    return sync_client(timeout=HTTP_TIMEOUT)
 
 
 def _resolve(value: int, span: PartitionSpan) -> int:

@@ -34,6 +34,7 @@ import trio
 from nsqtools.httpapi import Call, send_sync
 from nsqtools.httpapi import lookupd as lookupd_api
 from nsqtools.httpapi import nsqd as nsqd_api
+from nsqtools.httpapi.clients import sync_client
 from nsqtools.httpapi.nsqd import ChannelStats, NsqdStats
 from nsqtools.testing.binaries import find_binary
 from nsqtools.testing.lifetime import StartsAndStops
@@ -92,7 +93,7 @@ def holds_throughout(condition: Callable[[], bool], seconds: float, what: str) -
 
 def ask(call: Call[T], timeout: float = HTTP_TIMEOUT) -> T:
     """One call to an nsqd's or nsqlookupd's HTTP API, from synchronous test code."""
-    with httpx.Client(timeout=timeout) as client:
+    with sync_client(timeout=timeout) as client:
         return send_sync(client, call)
 
 
@@ -188,7 +189,8 @@ class NsqProcess(StartsAndStops):
 
     def _answers_ping(self) -> bool:
         try:
-            return httpx.get(f"http://{self.http_address}/ping", timeout=1.0).text == "OK"
+            with sync_client(timeout=1.0) as client:
+                return client.get(f"http://{self.http_address}/ping").text == "OK"
         except httpx.HTTPError:
             return False
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from nsqtools.httpapi.clients import sync_client
 from nsqtools.testing.binaries import PACKAGE_ROOT
 from nsqtools.testing.cluster import wait_until
 from nsqtools.testing.lifetime import StartsAndStops
@@ -173,7 +174,8 @@ class SparkCluster(StartsAndStops):
     def _all_workers_alive(self) -> bool:
         self._check_running()
         try:
-            state = httpx.get(f"{self.ui_url}/json/", timeout=5).json()
+            with sync_client(timeout=5) as client:
+                state = client.get(f"{self.ui_url}/json/").json()
         except (httpx.HTTPError, ValueError):
             return False
         return int(state.get("aliveworkers", 0)) >= self.workers

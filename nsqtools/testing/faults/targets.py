@@ -29,6 +29,7 @@ import trio
 from nsqtools.archive.reading import scan_file, whole_lines
 from nsqtools.httpapi import nsqd as nsqd_api
 from nsqtools.httpapi.call import send_sync
+from nsqtools.httpapi.clients import sync_client
 from nsqtools.testing.binaries import find_binary, our_tool
 from nsqtools.testing.cluster import Nsqd
 from nsqtools.testing.faults.harness import (
@@ -129,7 +130,7 @@ class ConsumingTarget(Target):
             for index in range(0, len(self.bodies), FEED_BATCH)
         ]
         spacing = self.schedule.span * FEED_SHARE / len(batches)
-        with httpx.Client(timeout=30) as client:
+        with sync_client(timeout=30) as client:
             for number, batch in enumerate(batches):
                 time.sleep(max(0.0, started + number * spacing - time.monotonic()))  # pacing
                 self._publish(client, batch)
