@@ -23,26 +23,30 @@ import pyspark
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _PARTIAL = ".partial-"
 _PID_SUFFIX = ".jvm-pid"
+# The partial archive this process's JVM was told to dump, if it was.
+_dumping: Path | None = None
 
 
 def java_options() -> str:
     """The JVM options that map the archive, or dump one when there is none yet."""
+    global _dumping
     archive = _archive_path()
     if archive is None:
         return ""
     _adopt_finished_dumps(archive)
     if archive.exists():
         return f"-XX:SharedArchiveFile={archive} {_QUIET}"
-    return f"-XX:ArchiveClassesAtExit={_partial_path(archive)} {_QUIET}"
+    _dumping = _partial_path(archive)
+    return f"-XX:ArchiveClassesAtExit={_dumping} {_QUIET}"
 
 
 def record_jvm(jvm_pid: int) -> None:
     """Say which JVM dumps the partial archive this process named, so a later start
-    knows when it is complete (when that JVM is gone)."""
-    archive = _archive_path()
-    if archive is not None and not archive.exists():
-        marker = Path(str(_partial_path(archive)) + _PID_SUFFIX)
-        marker.write_text(str(jvm_pid))
+    knows when it is complete (when that JVM is gone). Said even when another JVM's
+    archive was adopted while this one started: its dump is then removed once complete,
+    not left behind (some 200 MiB)."""
+    if _dumping is not None:
+        Path(str(_dumping) + _PID_SUFFIX).write_text(str(jvm_pid))
 
 
 def _archive_path() -> Path | None:
@@ -78,7 +82,9 @@ def _partial_path(archive: Path) -> Path:
 
 def _adopt_finished_dumps(archive: Path) -> None:
     """Partial archives whose JVM has exited are complete (or absent, when it died
-    before dumping): the first becomes the archive, the others go."""
+    before dumping): the first becomes the archive, the others go. So does a partial
+    archive with no JVM named whose process is gone (its JVM never started, or it was
+    left by a version that did not name it)."""
     for marker in archive.parent.glob(f"{archive.name}{_PARTIAL}*{_PID_SUFFIX}"):
         partial = Path(str(marker)[: -len(_PID_SUFFIX)])
         if _alive(int(marker.read_text() or 0)):
@@ -87,6 +93,11 @@ def _adopt_finished_dumps(archive: Path) -> None:
             partial.rename(archive)
         partial.unlink(missing_ok=True)
         marker.unlink(missing_ok=True)
+    for partial in archive.parent.glob(f"{archive.name}{_PARTIAL}*"):
+        named_by = partial.name[len(archive.name) + len(_PARTIAL) :]
+        unnamed = not Path(str(partial) + _PID_SUFFIX).exists()
+        if named_by.isdigit() and unnamed and not _alive(int(named_by)):
+            partial.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
