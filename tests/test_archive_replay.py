@@ -209,3 +209,43 @@ def test_a_stop_signal_cancels_the_job_and_says_so(
     assert stderr.decode().strip().endswith("stopped by a signal before the job's end")
     assert b"Traceback" not in stderr
     assert nsqd.stats(topic="replayed").topics[0].message_count < 300
+
+
+# Runs `nsq archive` with PySpark's SIGINT handler sending the process a SIGINT as it is
+# installed: the signal comes while the session starts, in PySpark's handler's window.
+_SIGINT_AS_PYSPARK_TAKES_IT = """
+import os, signal, sys, types
+sys.path.insert(0, {root!r})
+import pyspark.core.context as context
+from nsqtools.entry import nsq
+
+def installing(signum, handler):
+    previous = signal.signal(signum, handler)
+    if signum == signal.SIGINT and handler.__name__ == "signal_handler":
+        os.kill(os.getpid(), signal.SIGINT)
+    return previous
+
+context.signal = types.SimpleNamespace(signal=installing, SIGINT=signal.SIGINT)
+sys.argv = ["nsq", *{arguments!r}]
+nsq()
+"""
+
+
+def test_a_sigint_while_spark_starts_is_the_stop_too(tmp_path: Path) -> None:
+    """PySpark's SparkContext puts its own SIGINT handler in place before the session's
+    start ends (the program's is put back then): a SIGINT in between stops the command
+    as any first stop does, exit 1 and one line, not 130 without a word."""
+    import subprocess
+    import sys
+
+    from nsqtools.testing.binaries import PACKAGE_ROOT
+
+    source = archive(tmp_path / "in", "orders", [message(1, b"m")])
+    arguments = ["archive", "compact", str(source), "--out", str(tmp_path / "out")]
+    code = _SIGINT_AS_PYSPARK_TAKES_IT.format(root=str(PACKAGE_ROOT), arguments=arguments)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr
+    assert stderr.strip().endswith("stopped by a signal before the job's end")
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "out").exists()

@@ -87,6 +87,11 @@ class ConnectServerUnreachable(Exception):
     """A Spark Connect server that does not answer: one line, naming it."""
 
 
+class StartInterrupted(Exception):
+    """A SIGINT ended the session's start: it came while PySpark's own handler was in
+    place (from the SparkContext's end to the session's), which abandons the start."""
+
+
 class JvmDidNotStart(Exception):
     """The JVM this process started ended before it answered: one line, its first
     words and where the rest is."""
@@ -234,14 +239,30 @@ def cancel_jobs(spark: SparkSession) -> None:
 def _sigint_kept() -> Iterator[None]:
     """Keep the program's SIGINT handler over a SparkContext's start: PySpark installs
     its own, which raises KeyboardInterrupt (an exit 130 without a word, where the
-    program's first stop cancels the job and says so, exit 1)."""
+    program's first stop cancels the job and says so, exit 1). A SIGINT it took before
+    the start's end is a StartInterrupted, the context begun stopped (the program's own
+    handler saw that signal too: Python writes every signal to its wakeup fd)."""
     handler = signal.getsignal(signal.SIGINT)
     try:
         yield
+    except KeyboardInterrupt:
+        if handler is signal.default_int_handler:
+            raise  # the program's own way with a SIGINT
+        _stop_begun_context()
+        raise StartInterrupted("stopped by a signal while Spark started") from None
     finally:
         # PySpark changes it only in the main thread (None: not set from Python).
         if handler is not None and signal.getsignal(signal.SIGINT) is not handler:
             signal.signal(signal.SIGINT, handler)
+
+
+def _stop_begun_context() -> None:
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is not None:
+        with contextlib.suppress(Exception):  # half made: what can be stopped is
+            context.stop()
 
 
 def _quiet_pyspark() -> None:

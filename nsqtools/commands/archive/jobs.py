@@ -37,6 +37,7 @@ T = TypeVar("T")
 GO_FILENAME_FORMAT = "<TOPIC>.<HOST><REV>.<DATETIME>.log"  # nsq_to_file's defaults
 GO_DATETIME_FORMAT = "%Y-%m-%d_%H"
 _SPARK_MISSING = "nsq archive needs PySpark: pip install 'nsqtools[spark]' (and Java 17 or newer)"
+_STOPPED = "stopped by a signal before the job's end"
 
 
 def sources_argument(function: F) -> F:
@@ -254,6 +255,8 @@ def run_job(
             finally:
                 if not existed:
                     spark.stop()
+    except session.StartInterrupted:
+        fail(_STOPPED)
     except Exception as error:
         if not session.is_spark_error(error):
             raise
@@ -286,7 +289,7 @@ class _JobStop:
         """End the command if the stop came (a job that ended all the same has done its
         work: its result stands)."""
         if self.stopped:
-            fail("stopped by a signal before the job's end")
+            fail(_STOPPED)
 
 
 def _settings(options: dict[str, Any]) -> Any:
