@@ -56,6 +56,15 @@ def channel_counts(nsqd: Nsqd, topic: str = TOPIC) -> tuple[int, int]:
     return stats.depth, stats.in_flight_count
 
 
+async def all_back(nsqd: Nsqd, count: int) -> None:
+    """Wait until the channel holds `count` messages and none is in flight: nsqd takes
+    the REQs and the closed connection's messages back as it reads them, after the run
+    has ended. Well before its message timeout (a minute): not the timeout's doing."""
+    await trio.to_thread.run_sync(
+        wait_until, lambda: channel_counts(nsqd) == (count, 0), 10, f"{count} requeued"
+    )
+
+
 class Recorder:
     """A sink that outputs into a list: settles done at once, or holds deliveries until
     flushed; can fail the first deliveries it is given, or stop the run once it has
@@ -168,7 +177,7 @@ async def test_what_no_sink_settled_is_requeued_at_the_end(nsqd: Nsqd) -> None:
     sink = NeverSettles(hold=True, enough=30)
     summary = await run_until(sink, settings(nsqd), sink.enough_seen)
     assert summary.delivered == 30
-    assert channel_counts(nsqd) == (30, 0)
+    await all_back(nsqd, 30)
 
 
 async def test_a_signal_during_a_blocked_flush_stops_within_the_grace(nsqd: Nsqd) -> None:
@@ -186,7 +195,7 @@ async def test_a_signal_during_a_blocked_flush_stops_within_the_grace(nsqd: Nsqd
     config = ClientConfig(max_in_flight=20)  # starved after one batch: a flush
     with trio.fail_after(10):
         await run_until(sink, settings(nsqd, config=config), flushing)
-    assert channel_counts(nsqd) == (20, 0)
+    await all_back(nsqd, 20)
 
 
 async def test_the_budget_counts_across_topics(nsqd: Nsqd) -> None:
@@ -195,8 +204,12 @@ async def test_the_budget_counts_across_topics(nsqd: Nsqd) -> None:
     sink = Recorder()
     summary = await run_consumers(settings(nsqd, topics=["a", "b"], total=60), lambda t: sink)
     assert summary.delivered == len(sink.done) == 60
-    depths = [channel_counts(nsqd, topic)[0] for topic in ("a", "b")]
-    assert sum(depths) == 40  # the rest, requeued at once
+
+    def the_rest_back() -> bool:  # requeued at once
+        counts = [channel_counts(nsqd, topic) for topic in ("a", "b")]
+        return sum(depth for depth, _ in counts) == 40 and all(n == 0 for _, n in counts)
+
+    await trio.to_thread.run_sync(wait_until, the_rest_back, 10, "the rest requeued")
 
 
 @pytest.mark.slow
@@ -293,9 +306,7 @@ async def test_a_sink_that_breaks_ends_the_run_and_nothing_is_lost(nsqd: Nsqd) -
         await run_consumers(settings(nsqd, config=config), lambda topic: sink)
     assert sink.done == []
     # Every message back in the channel: nothing FIN'd that the sink did not settle.
-    await trio.to_thread.run_sync(
-        wait_until, lambda: channel_counts(nsqd) == (100, 0), 10, "every message requeued"
-    )
+    await all_back(nsqd, 100)
 
 
 async def test_topics_are_found_at_once_not_after_a_refresh(nsqd: Nsqd) -> None:
