@@ -41,7 +41,11 @@ from nsqtools.testing.lifetime import StartsAndStops
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
+# wait_until polls every POLL_INTERVAL at first, then less often, up to
+# POLL_INTERVAL_LONGEST apart: most conditions hold within milliseconds, and one that
+# takes seconds (a tool draining a topic) would otherwise ask nsqd 200 times a second.
 POLL_INTERVAL = 0.005
+POLL_INTERVAL_LONGEST = 0.025
 FAULT_CHECK_INTERVAL = 0.1  # holds_throughout: its condition may ask nsqd over HTTP
 HTTP_TIMEOUT = 5.0
 # not_in_nsqd gives up once no message has come for this long.
@@ -75,10 +79,12 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     deadline, never a bare sleep.
     """
     deadline = time.monotonic() + timeout
+    interval = POLL_INTERVAL
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(POLL_INTERVAL)
+        time.sleep(interval)
+        interval = min(interval * 1.25, POLL_INTERVAL_LONGEST)
 
 
 def holds_throughout(condition: Callable[[], bool], seconds: float, what: str) -> None:
