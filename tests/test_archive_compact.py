@@ -97,6 +97,26 @@ def test_equal_copies_keep_the_first_file_by_name_with_its_host(
     assert timestamp.type == pyarrow.timestamp("us", tz="UTC")
 
 
+def test_the_fewest_attempts_win_over_the_file_order_and_raw_repeats_all_stay(
+    tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
+) -> None:
+    """Of copies, attempts decide before the file's name; raw lines have no id, so a
+    line written three times is three rows."""
+    envelopes(tmp_path / "orders.a-000000.2026-11-23_00.log.gz", [message(0, 3), message(1, 2)])
+    envelopes(tmp_path / "orders.b-000000.2026-11-23_00.log.gz", [message(0, 2), message(1, 2)])
+    (tmp_path / "clicks.h.2026-11-23_05.log").write_bytes(b"same\n" * 3 + b"other\n")
+    out = tmp_path / "out"
+    result = summary(nsq_archive("compact", str(tmp_path), "--out", str(out), "--json"))
+    assert (result["rows_read"], result["duplicates"], result["rows_written"]) == (8, 2, 6)
+    rows = written_rows(spark, out)
+    kept = [(row.id, row.attempts, row.host) for row in rows if row.topic == "orders"]
+    assert kept == [(f"{0:016x}", 2, "b"), (f"{1:016x}", 2, "a")]
+    assert (
+        sorted(bytes(row.body) for row in rows if row.topic == "clicks")
+        == [b"other"] + [b"same"] * 3
+    )
+
+
 def test_the_same_input_twice_gives_the_same_rows(
     tmp_path: Path, spark: Any, nsq_archive: Callable[..., ArchiveRun]
 ) -> None:
