@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import re
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -313,6 +314,34 @@ async def test_stop_requeues_at_once_what_was_not_answered(nsqd: Nsqd) -> None:
     # nsqd's msg_timeout is 60s: a depth back at 100 within seconds means REQ 0 was sent.
     await wait_for(lambda: channel(nsqd).depth == 100, "depth back to 100", timeout=5)
     assert channel(nsqd).in_flight_count == 0
+
+
+async def test_a_start_cancelled_while_a_dial_hangs_closes_what_it_connected(nsqd: Nsqd) -> None:
+    """The second nsqd never answers its IDENTIFY; cancelling `starting` once the first
+    has sent messages ends that dial at once, and the first closes cleanly: its messages
+    back by REQ, not by nsqd's 60 s msg_timeout."""
+    nsqd.create_channels(TOPIC, CHANNEL)
+    nsqd.publish_many(TOPIC, bodies("start", 20))
+    starting = trio.CancelScope()
+
+    async def cancel_once_sent() -> None:
+        await wait_for(lambda: channel(nsqd).in_flight_count > 0, "messages sent")
+        starting.cancel()
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        addresses = [nsqd.tcp_address, f"127.0.0.1:{silent.getsockname()[1]}"]
+        options = ConsumerOptions(nsqd_tcp_addresses=addresses)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cancel_once_sent)
+                async with open_consumer(
+                    TOPIC, CHANNEL, make_config(max_in_flight=10), options, starting
+                ) as consumer:
+                    consumer.stop()
+    await wait_for(lambda: channel(nsqd).depth == 20, "all 20 back", timeout=5)
+    assert (channel(nsqd).in_flight_count, channel(nsqd).timeout_count) == (0, 0)
 
 
 async def test_limit_delivers_exactly_n_and_requeues_the_rest(nsqd: Nsqd) -> None:

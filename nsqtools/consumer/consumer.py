@@ -363,18 +363,25 @@ def _keep_probe(links: list[Link]) -> dict[flow.Key, int] | None:
 
 @asynccontextmanager
 async def open_consumer(
-    topic: str, channel: str, config: ClientConfig, options: ConsumerOptions
+    topic: str,
+    channel: str,
+    config: ClientConfig,
+    options: ConsumerOptions,
+    starting: trio.CancelScope | None = None,
 ) -> AsyncIterator[Consumer]:
     """Run a consumer for the body of the block; on exit, stop cleanly.
 
     Connecting to direct nsqd addresses happens before the body starts, so a refused
-    address, a TLS or AUTH failure raises here. On exit, what the application did not
-    answer is requeued at once (within options.stop_timeout), then connections close.
+    address, a TLS or AUTH failure raises here. Cancelling `starting` ends that at once
+    (a dial that hangs with it): the body starts with the connections made by then, which
+    close as cleanly as any. On exit, what the application did not answer is requeued at
+    once (within options.stop_timeout), then connections close.
     """
     consumer = Consumer(topic, channel, config, options)
     with single_errors():
         async with trio.open_nursery() as nursery:
-            await consumer._start(nursery)
+            with starting or trio.CancelScope():
+                await consumer._start(nursery)
             try:
                 yield consumer
             finally:

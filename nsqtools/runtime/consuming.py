@@ -296,37 +296,39 @@ class _ConsumingRun:
             await trio.sleep(END_LOOK_EVERY)
 
     async def _consume(self, topic: str, *, task_status: trio.TaskStatus[None]) -> None:
-        """Consume the topic until stopped; a stop while it connects ends it at once
-        (nothing was taken yet). The consumer closes outside the drain's scope, which a
-        stop may cancel: its connections are still alive then to requeue what no sink
+        """Consume the topic until stopped. A stop while it connects ends the connecting at
+        once; a connection made by then closes cleanly (CLS, and REQ of what it was sent),
+        as all do at the end. The consumer closes outside the drain's scope, which a stop
+        may cancel: its connections are still alive then to requeue what no sink
         settled."""
-        started = False
-        with self._cancelled_by_stop() as connecting:
-            async with self._open(topic) as consumer:
-                self.cancelled_by_stop.discard(connecting)
+        starting = trio.CancelScope()
+        with self._registered_for_stop(starting):
+            async with self._open(topic, starting) as consumer:
                 self.consumers[topic] = consumer
                 progress = self.counters.topics[topic] = TopicProgress(consumer)
                 if self.stopped.is_set():
                     consumer.stop()
                 task_status.started()
-                started = True
                 with trio.CancelScope() as drain:
                     self.drains.append(drain)
                     await self._drain(progress, self.sink_for(topic))
                     await self.dead_letters.wait_all_kept()  # FIN'd while connected
-        if not started:
-            task_status.started()
 
     @contextlib.contextmanager
     def _cancelled_by_stop(self) -> Iterator[trio.CancelScope]:
-        with trio.CancelScope() as scope:
-            self.cancelled_by_stop.add(scope)
-            if self.stopped.is_set():
-                scope.cancel()
-            try:
-                yield scope
-            finally:
-                self.cancelled_by_stop.discard(scope)
+        with trio.CancelScope() as scope, self._registered_for_stop(scope):
+            yield scope
+
+    @contextlib.contextmanager
+    def _registered_for_stop(self, scope: trio.CancelScope) -> Iterator[trio.CancelScope]:
+        """The scope is cancelled by a stop, while in the block (at once if stopped)."""
+        self.cancelled_by_stop.add(scope)
+        if self.stopped.is_set():
+            scope.cancel()
+        try:
+            yield scope
+        finally:
+            self.cancelled_by_stop.discard(scope)
 
     async def _follow_new_topics(self, topics: trio.Nursery, find_topics: TopicFinder) -> None:
         with self._cancelled_by_stop():
@@ -345,13 +347,15 @@ class _ConsumingRun:
                     self.topics_found.set()
                 await trio.sleep(self.settings.topic_refresh)
 
-    def _open(self, topic: str) -> AbstractAsyncContextManager[Consumer]:
+    def _open(
+        self, topic: str, starting: trio.CancelScope
+    ) -> AbstractAsyncContextManager[Consumer]:
         give_up = functools.partial(self._give_up, topic)
         options = replace(self.consumer_options, give_up=give_up)
         config = self.settings.config
         if self.settings.exit_at_end:
             config = replace(config, heartbeat_interval=END_HEARTBEAT)
-        return open_consumer(topic, self.settings.channel, config, options)
+        return open_consumer(topic, self.settings.channel, config, options, starting)
 
     def _give_up(self, topic: str, exhausted: ReceivedBatch) -> None:
         """The consumer's give-up hook: messages past max_attempts become dead letters."""
