@@ -41,8 +41,6 @@ CHILD = "--least-job"  # argv[1] of this script run as the process that runs the
 def least_job(out: str, paths: list[str]) -> float:
     """In this process: a session and the scan as the command has them, then the job's
     seconds."""
-    from pyspark.sql import functions as F
-
     from nsqtools.commands.archive.jobs import (
         GO_DATETIME_FORMAT,
         GO_FILENAME_FORMAT,
@@ -50,7 +48,7 @@ def least_job(out: str, paths: list[str]) -> float:
     )
     from nsqtools.spark import session
     from nsqtools.spark.compact import PARTITION_COLUMNS, with_partition_columns
-    from nsqtools.spark.messages import ENVELOPE_SCHEMA
+    from nsqtools.spark.messages import ENVELOPE_SCHEMA, envelope_columns
 
     spark, _ = session.start(session.SparkSettings(master="local[2]"))
     options = {
@@ -63,19 +61,7 @@ def least_job(out: str, paths: list[str]) -> float:
     find_archives(options)(spark)
     started = time.perf_counter()
     lines = spark.read.schema(ENVELOPE_SCHEMA).option("lineSep", "\n").json(paths)
-    body = F.col("body")
-    rows = lines.select(
-        "topic",
-        "id",
-        F.expr("timestamp_micros(div(timestamp_ns, 1000))").alias("timestamp"),
-        "timestamp_ns",
-        "attempts",
-        "channel",
-        "nsqd",
-        F.when(F.col("encoding") == "base64", F.unbase64(body))
-        .otherwise(body.cast("binary"))
-        .alias("body"),
-    )
+    rows = lines.select(*envelope_columns())
     shuffled = with_partition_columns(rows).repartition(*PARTITION_COLUMNS)
     shuffled.write.partitionBy(*PARTITION_COLUMNS).parquet(out)
     return time.perf_counter() - started

@@ -367,21 +367,26 @@ def _envelopes(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
         lines = _python_lines(spark, other)
         parts.append(lines.select("file_uri", parsed).select("file_uri", "m.*"))
     envelopes = functools.reduce(DataFrame.unionByName, parts)
+    malformed = F.col("id").isNull() | F.col("timestamp_ns").isNull() | F.col("body").isNull()
+    return envelopes.select("file_uri", *envelope_columns(), malformed.alias("malformed"))
+
+
+def envelope_columns() -> list[Column]:
+    """The message's columns of an envelope read with ENVELOPE_SCHEMA: its timestamp as
+    one, its body as the bytes published (base64 decoded where the envelope says so)."""
     body = F.col("body")
-    return envelopes.select(
-        "file_uri",
-        "topic",
-        "id",
+    return [
+        F.col("topic"),
+        F.col("id"),
         F.expr("timestamp_micros(div(timestamp_ns, 1000))").alias("timestamp"),
-        "timestamp_ns",
-        "attempts",
-        "channel",
-        "nsqd",
+        F.col("timestamp_ns"),
+        F.col("attempts"),
+        F.col("channel"),
+        F.col("nsqd"),
         F.when(F.col("encoding") == "base64", F.unbase64(body))
         .otherwise(body.cast("binary"))
         .alias("body"),
-        (F.col("id").isNull() | F.col("timestamp_ns").isNull() | body.isNull()).alias("malformed"),
-    )
+    ]
 
 
 def _raw_bodies(spark: SparkSession, files: Sequence[ArchiveFile]) -> DataFrame:
