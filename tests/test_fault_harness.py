@@ -5,9 +5,11 @@ statuses from true ones, and a tool that FINs without writing is caught."""
 from __future__ import annotations
 
 import itertools
+import os
 import struct
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -241,6 +243,25 @@ def test_a_run_already_stopping_gets_no_second_stop(tmp_path: Path) -> None:
     ended = runs.wait()
     assert ended is not None
     assert (ended.sent, ended.exit_code) == (["SIGTERM"], 0)
+
+
+def test_a_signal_in_a_slow_interpreter_start_is_not_the_tools(tmp_path: Path) -> None:
+    """However long the interpreter's own start takes (a loaded machine: site's imports
+    took more than half a second in CI), a stop signal before the program caught
+    SIGTERM is Python's to handle: not judged (the tally's part:
+    test_the_tally_says_which_exit_statuses_lie). Here site imports a sitecustomize that
+    sleeps, and the SIGINT comes a second after the start."""
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(5)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv = [sys.executable, "-c", "pass"]
+    runs = ToolRuns(lambda number: argv, tmp_path / "runs", env=env)
+    run = runs.start()
+    wait_until(lambda: time.monotonic() - run.started > 1, 5, "a second of start")
+    runs.send("SIGINT")
+    ended = runs.wait()
+    assert ended is not None
+    assert (ended.before_handler, ended.exit_code) == (True, 1)
+    assert ended.stderr.rstrip().endswith("KeyboardInterrupt")  # as CI saw it
 
 
 class _EndsByItself(Target):
