@@ -1,7 +1,8 @@
 """What the whole-program benchmarks share: one topic of 100-byte messages, watching a
 channel's /stats cheaply, waiting with a deadline, finding a tool under its wrappers,
-a local nginx that answers 200 (installed with apt-get when missing), and nsqtools
-byte-compiled as an installed copy is (for the start-up figures).
+a local nginx that answers 200 (installed with apt-get when missing), nsqtools
+byte-compiled as an installed copy is (for the start-up figures), and a tool run under
+py-spy with its profile summed up by function (the scripts' --profile).
 
 Imported by the scripts in bench/ (run as `python bench/<script>.py`: their folder is on
 sys.path).
@@ -10,11 +11,13 @@ sys.path).
 from __future__ import annotations
 
 import compileall
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -32,6 +35,8 @@ TOPIC = "bench"
 BODY = b"x" * 92  # after an 8-digit index: 100 bytes
 POLL_SECONDS = 0.02
 STOP_SECONDS = 60.0
+PY_SPY = str(Path(sys.executable).parent / "py-spy")  # pip install py-spy
+PROFILE_TOP = 15  # functions shown of a profile
 
 
 class ChannelWatch:
@@ -147,3 +152,29 @@ def compile_package() -> None:
     PYTHONDONTWRITEBYTECODE set (or never run before), every start would first compile
     our modules from source (about 25 ms, measured), which no installed copy pays."""
     compileall.compile_dir(CHECKOUT / "nsqtools", quiet=1)
+
+
+def under_py_spy(argv: list[str], stacks: Path) -> list[str]:
+    """argv run under py-spy, its stacks sampled 500 times a second into `stacks` (raw)."""
+    return [PY_SPY, "record", "-r", "500", "-f", "raw", "-o", str(stacks), "--", *argv]
+
+
+def print_profile(stacks: Path) -> None:
+    """Self time (the innermost frame) and inclusive time (anywhere in the stack) by function,
+    lines merged: py-spy's raw lines are "frame;frame;... samples", a frame "name (file:line)".
+    """
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for line in stacks.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
+        own[frames[-1]] += int(count)
+        inclusive.update(dict.fromkeys(frames, int(count)))
+    total = sum(own.values())
+    print(f"{total:,} samples; self time:")
+    for frame, samples in own.most_common(PROFILE_TOP):
+        print(f"  {samples / total:6.1%}  {frame}")
+    print("inclusive time, nsqtools:")
+    ours = Counter({frame: samples for frame, samples in inclusive.items() if "nsqtools" in frame})
+    for frame, samples in ours.most_common(PROFILE_TOP):
+        print(f"  {samples / total:6.1%}  {frame}")

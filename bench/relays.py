@@ -16,6 +16,9 @@ exit 0. Checked afterwards: the destination topic holds at least N (nsq).
 
     .venv/bin/python bench/relays.py [--kinds nsq,http] [--messages N] [--http-messages N]
         [--runs R]
+
+`--profile FILE`: instead, ours (nsq_to_nsq) relays --messages under py-spy, its stacks
+in FILE, the top functions printed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from harness import CHECKOUT, TOPIC, ChannelWatch, fill, innermost, running_nginx, wait_for
+from harness import (
+    CHECKOUT,
+    TOPIC,
+    ChannelWatch,
+    fill,
+    innermost,
+    print_profile,
+    running_nginx,
+    under_py_spy,
+    wait_for,
+)
 
 from nsqtools.testing import Nsqd, find_binary
 
@@ -119,6 +132,9 @@ def bench_nsq(source: Nsqd, client: httpx.Client, args: argparse.Namespace, scra
     queue = f"--mem-queue-size={args.messages + 10}"
     with Nsqd(scratch / "destination", extra_args=[queue]) as destination:
         assert isinstance(destination, Nsqd)
+        if args.profile:
+            profile(source, destination, client, args.messages, scratch, args.profile)
+            return
 
         def addresses(name: str, run: int) -> list[str]:
             return [
@@ -134,6 +150,25 @@ def bench_nsq(source: Nsqd, client: httpx.Client, args: argparse.Namespace, scra
 
         rates = measure("nsq", source, client, args.messages, args.runs, scratch, addresses, check)
     summarise("nsq", args.messages, rates, target=5.0)
+
+
+def profile(
+    source: Nsqd, destination: Nsqd, client: httpx.Client, count: int, scratch: Path, stacks: Path
+) -> None:
+    """Ours relaying `count` messages under py-spy; the top functions printed."""
+    watch = ChannelWatch(client, source, "profile")
+    fill(source, [watch], count)
+    argv = [
+        *ours("nsq_to_nsq"),
+        f"--nsqd-tcp-address={source.tcp_address}",
+        f"--topic={TOPIC}",
+        f"--channel={watch.channel}",
+        f"--destination-nsqd-tcp-address={destination.tcp_address}",
+        "--destination-topic=profile",
+    ]
+    seconds = relay_seconds(under_py_spy(argv, stacks), watch, count, scratch / "profile.log")
+    print(f"ours under py-spy: {count / seconds:,.0f} msg/s")
+    print_profile(stacks)
 
 
 def bench_http(source: Nsqd, client: httpx.Client, args: argparse.Namespace, scratch: Path) -> None:
@@ -166,6 +201,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000, help="for nsq_to_nsq")
     parser.add_argument("--http-messages", type=int, default=200_000, help="for nsq_to_http")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--profile", type=Path, help="py-spy ours (nsq) to this file instead")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
@@ -178,7 +214,7 @@ def main() -> None:
             assert isinstance(source, Nsqd)
             if "nsq" in kinds:
                 bench_nsq(source, client, args, scratch)
-            if "http" in kinds:
+            if "http" in kinds and not args.profile:
                 bench_http(source, client, args, scratch)
     print(f"load average after: {os.getloadavg()}")
 

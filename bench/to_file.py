@@ -3,21 +3,21 @@ whole processes side by side with Go's nsq_to_file on one nsqd, alternating whic
 
 Each contender (go; ours, run from the checkout this file lives in; bare, the ceiling:
 bench/bare_archiver.py, a plain blocking loop that only receives, writes, fsyncs each
-window and FINs) and mode gets its own
-channel of one topic and a fresh output directory on disk (fsyncs must cost what they
-cost: the filesystem is printed, and must not be tmpfs), with the tools' default
---max-in-flight and --sync-interval. A run lasts from the tool's start to its exit: it
-gets SIGTERM as soon as nsqd has handed it every message (the channel's depth is 0,
-polled over one kept-alive HTTP connection every 20 ms), which makes it write, sync and
-FIN what it holds (Go's: everything it received; ours requeues what had not reached its
-files yet), then exit. Waiting for the last FIN instead would time the --sync-interval:
-both tools hold a last batch smaller than 85% of RDY until the interval's tick (30 s by
-default). Afterwards nothing may be in flight, and the lines in the files plus the
-messages requeued must make exactly N: none lost, none both written and requeued. msg/s
-counts the lines written. Beside it: fsync and fdatasync calls per second of the run
-(`perf stat`) and peak RSS (`/usr/bin/time`: the kernel carries ru_maxrss across fork
-and exec, so wait4 on a child of this large process, perf included, reports this
-process's size, not the tool's).
+window and FINs; trio, the same loop on trio's sockets: the floor of an archiver built
+on trio, as ours is) and mode gets its own channel of one topic and a fresh output
+directory on disk (fsyncs must cost what they cost: the filesystem is printed, and must
+not be tmpfs), with the tools' default --max-in-flight and --sync-interval. A run lasts
+from the tool's start to its exit: it gets SIGTERM as soon as nsqd has handed it every
+message (the channel's depth is 0, polled over one kept-alive HTTP connection every 20
+ms), which makes it write, sync and FIN what it holds (Go's: everything it received;
+ours requeues what had not reached its files yet), then exit. Waiting for the last FIN
+instead would time the --sync-interval: both tools hold a last batch smaller than 85% of
+RDY until the interval's tick (30 s by default). Afterwards nothing may be in flight,
+and the lines in the files plus the messages requeued must make exactly N: none lost,
+none both written and requeued. msg/s counts the lines written. Beside it: fsync and
+fdatasync calls per second of the run (`perf stat`) and peak RSS (`/usr/bin/time`: the
+kernel carries ru_maxrss across fork and exec, so wait4 on a child of this large
+process, perf included, reports this process's size, not the tool's).
 
 With --profile FILE it instead runs ours once in plain mode under py-spy (raw stacks to
 FILE, 500 samples/s) and prints where the time went: the top functions by self time, and
@@ -33,7 +33,6 @@ import argparse
 import gzip
 import io
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -41,29 +40,27 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import httpx
-from harness import TOPIC, ChannelWatch, fill, innermost, wait_for
+from harness import TOPIC, ChannelWatch, fill, innermost, print_profile, under_py_spy, wait_for
 
 from nsqtools.testing import Nsqd, find_binary
 
-CONTENDERS = ("go", "ours", "bare")
+CONTENDERS = ("go", "ours", "bare", "trio")
 MODES: dict[str, list[str]] = {"plain": [], "gzip": ["--gzip"]}
 CHECKOUT = Path(__file__).resolve().parent.parent
 TOOLS = {
     "ours": [sys.executable, "-c", "from nsqtools.entry import nsq_to_file; nsq_to_file()"],
     "bare": [sys.executable, str(CHECKOUT / "bench" / "bare_archiver.py")],
+    "trio": [sys.executable, str(CHECKOUT / "bench" / "bare_archiver.py"), "--trio"],
 }
-PY_SPY = str(Path(sys.executable).parent / "py-spy")
 SYNC_EVENTS = "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync"
 SLOWEST_RATE = 2_000  # msg/s: a drain slower than this is stuck, not slow
 STOP_SECONDS = 60.0
 SETTLE_SECONDS = 10.0  # for nsqd to read the FINs a tool sent before it exited
-TOP = 15
 
 
 @dataclass(frozen=True)
@@ -209,7 +206,8 @@ def summarise(results: dict[tuple[str, str], list[Drain]], args: argparse.Namesp
             f"{syncs['go']:,.0f}, ours {syncs['ours']:,.0f}; peak RSS go {peak['go']:.1f} MiB, "
             f"ours {peak['ours']:.1f} MiB ({peak['ours'] / peak['go']:.1f}x); the ceiling: bare "
             f"{rate['bare']:,.0f} msg/s, bare/go {rate['bare'] / rate['go']:.2f}x, ours/bare "
-            f"{rate['ours'] / rate['bare']:.2f}"
+            f"{rate['ours'] / rate['bare']:.2f}; on trio {rate['trio']:,.0f} msg/s, trio/go "
+            f"{rate['trio'] / rate['go']:.2f}x, ours/trio {rate['ours'] / rate['trio']:.2f}"
         )
 
 
@@ -218,31 +216,9 @@ def profile(nsqd: Nsqd, client: httpx.Client, count: int, scratch: Path, stacks:
     fill(nsqd, [watch], count)
     (scratch / "profile").mkdir(parents=True)
     tool = argv_of("ours", "plain", nsqd, watch.channel, scratch / "profile")
-    argv = [PY_SPY, "record", "-r", "500", "-f", "raw", "-o", str(stacks), "--", *tool]
-    seconds, _ = run_until_emptied(argv, watch, count, scratch / "py-spy.log")
+    seconds, _ = run_until_emptied(under_py_spy(tool, stacks), watch, count, scratch / "py-spy.log")
     print(f"ours plain under py-spy: {count / seconds:,.0f} msg/s")
     print_profile(stacks)
-
-
-def print_profile(stacks: Path) -> None:
-    """Self time (the innermost frame) and inclusive time (anywhere in the stack) by function,
-    lines merged: py-spy's raw lines are "frame;frame;... samples", a frame "name (file:line)".
-    """
-    own: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
-    for line in stacks.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
-        own[frames[-1]] += int(count)
-        inclusive.update(dict.fromkeys(frames, int(count)))
-    total = sum(own.values())
-    print(f"{total:,} samples; self time:")
-    for frame, samples in own.most_common(TOP):
-        print(f"  {samples / total:6.1%}  {frame}")
-    print("inclusive time, nsqtools:")
-    ours = Counter({frame: samples for frame, samples in inclusive.items() if "nsqtools" in frame})
-    for frame, samples in ours.most_common(TOP):
-        print(f"  {samples / total:6.1%}  {frame}")
 
 
 def modes(text: str) -> list[str]:
