@@ -253,6 +253,7 @@ def run_job(
                 result = progress.follow(spark, lambda: job(spark, value))
                 seconds["job"] = time.perf_counter() - started
             finally:
+                stop.forget_session()  # a stop signal from now on cancels nothing
                 if not existed:
                     spark.stop()
     except session.StartInterrupted:
@@ -272,18 +273,34 @@ class _JobStop:
     """The first SIGINT/SIGTERM cancels the job's Spark jobs (from a thread: the signal
     handler must not wait on the JVM); the command then ends with exit 1, saying that it
     stopped before its end (compact publishes nothing of a job cut short; replay may
-    have published part: running it again publishes all, duplicates included)."""
+    have published part: running it again publishes all, duplicates included).
+
+    A cancel and the session's stop take turns: a signal that comes as the job ends
+    must not reach a SparkContext stopped meanwhile (PySpark then raises in the
+    cancelling thread, a traceback on stderr)."""
 
     def __init__(self) -> None:
         self.spark: SparkSession | None = None
         self.stopped = False
+        self._turns = threading.Lock()  # held by a cancel, and to forget the session
 
     def now(self) -> None:
         self.stopped = True
         if self.spark is not None:
-            from nsqtools.spark.session import cancel_jobs
+            threading.Thread(target=self._cancel, daemon=True).start()
 
-            threading.Thread(target=cancel_jobs, args=(self.spark,), daemon=True).start()
+    def forget_session(self) -> None:
+        """The session is about to stop (or to be left to its owner): cancel nothing
+        more, once a cancel under way has ended."""
+        with self._turns:
+            self.spark = None
+
+    def _cancel(self) -> None:
+        from nsqtools.spark.session import cancel_jobs
+
+        with self._turns:
+            if self.spark is not None:  # None: the job ended and its session with it
+                cancel_jobs(self.spark)
 
     def check(self) -> None:
         """End the command if the stop came (a job that ended all the same has done its
