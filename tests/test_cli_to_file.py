@@ -122,9 +122,11 @@ def open_files(process: subprocess.Popen[bytes], directory: Path) -> set[Path]:
 
 
 def fin_d(nsqd: Nsqd, topic: str, channel: str, count: int) -> bool:
-    """`count` messages came to the channel and every one is FIN'd."""
+    """`count` messages came to the channel and the tool, connected, FIN'd every one."""
     return (
-        nsqd.drained(topic, channel) and nsqd.channel_stats(topic, channel).message_count == count
+        nsqd.drained(topic, channel)
+        and nsqd.channel_stats(topic, channel).message_count == count
+        and nsqd.finished_by_clients(topic, channel) == count
     )
 
 

@@ -195,7 +195,7 @@ def clients(nsqd: Nsqd) -> list[ClientStats]:
 
 def finished_by_clients(nsqd: Nsqd) -> int:
     """Messages FIN'd by the consumers connected now (a killed run's are gone)."""
-    return sum(client.finish_count for client in clients(nsqd))
+    return nsqd.finished_by_clients(TOPIC, CHANNEL)
 
 
 def assert_in_nsqd(nsqd: Nsqd, wanted: set[bytes]) -> None:

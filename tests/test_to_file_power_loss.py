@@ -200,9 +200,15 @@ def archived_ids(output_dir: Path) -> dict[str, Path]:
     return places
 
 
-def fin_d(nsqd: Nsqd, count: int) -> bool:
+def fin_d(nsqd: Nsqd, count: int, by_this_run: int) -> bool:
+    """`count` messages came to the channel, and the run connected now FIN'd
+    `by_this_run` of them (the rest: runs before it)."""
     stats = nsqd.channel_stats(TOPIC, CHANNEL)
-    return nsqd.drained(TOPIC, CHANNEL) and stats.message_count == count
+    return (
+        nsqd.drained(TOPIC, CHANNEL)
+        and stats.message_count == count
+        and nsqd.finished_by_clients(TOPIC, CHANNEL) == by_this_run
+    )
 
 
 def archive_run(nsqd: Nsqd, trace: Path, out: Path, work: Path, *args: str) -> list[Event]:
@@ -215,7 +221,7 @@ def archive_run(nsqd: Nsqd, trace: Path, out: Path, work: Path, *args: str) -> l
         f"--output-dir={out}", f"--work-dir={work}", *OPTIONS, *args,
     ]  # fmt: skip
     with traced(argv, trace):
-        wait_until(lambda: fin_d(nsqd, before + 300), DEADLINE, "every message FIN'd")
+        wait_until(lambda: fin_d(nsqd, before + 300, 300), DEADLINE, "every message FIN'd")
     return events(trace)
 
 
@@ -247,7 +253,7 @@ def test_a_crashed_run_s_file_is_moved_durably_before_the_next_fin(
     ]  # fmt: skip
     crashed = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: fin_d(nsqd, 10), DEADLINE, "the first run FIN'd all")
+        wait_until(lambda: fin_d(nsqd, 10, 10), DEADLINE, "the first run FIN'd all")
     finally:
         crashed.kill()
         crashed.wait()

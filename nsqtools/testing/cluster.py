@@ -410,6 +410,14 @@ class Nsqd(NsqProcess):
         idle = topic_depth == stats.depth == stats.in_flight_count == 0
         return idle and stats.message_count > 0
 
+    def finished_by_clients(self, topic: str, channel: str) -> int:
+        """The FINs the channel's connected clients sent (each one's finish_count; a
+        client gone takes its count along). The proof that a message was FIN'd while a
+        tool runs: drained() can read nothing waiting and nothing in flight in the
+        instant nsqd hands a message to a client, before it counts it in flight."""
+        found = self._topic_and_channel(topic, channel)
+        return 0 if found is None else sum(client.finish_count for client in found[1].clients)
+
     def emptied(self, topic: str, channel: str) -> bool:
         """The channel exists and holds nothing: none waiting, in flight or deferred, and
         none left in the topic for it.
